@@ -1,0 +1,1 @@
+"""Torch backend: real models, capture and fit, RidgeFill prefill, evaluation, benchmark, CLI."""
