@@ -1,0 +1,205 @@
+"""Numba hot loops of rfmodel; each kernel names its plain NumPy twin.
+
+The twins live beside their callers (``ridge.py``, ``gdn.py``, ``selectors.py``,
+``lexical.py``) and are the readable definitions; the kernels here must agree with them:
+bitwise where the arithmetic order is the same (the GDN scan, the integer selector kernels),
+within a stated tolerance where it is not (the ridge accumulation: BLAS sums in its own order).
+
+All kernels are compiled with ``cache=True`` (the compiled code lands in ``__pycache__``) and
+without ``fastmath``, so LLVM neither reassociates sums nor fuses multiply-adds: each float
+operation is the one written. ``NUMBA_DISABLE_JIT=1`` runs the same code as plain Python.
+Parallel loops (``prange``) split work by output element or head only, so every output is
+accumulated by one thread in a fixed order and results do not depend on the thread count.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+ROW_BLOCK = 64  # rows cast to float64 per block in the ridge kernels
+
+
+# --------------------------------------------------------------------------------------------
+# Ridge accumulation (twin: rfmodel.ridge._accumulate_reference, which uses BLAS)
+# --------------------------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _xtx_group(out, xb, wb, m, i0, d):
+    """out[i0:i0+4, i0:] += wb[:m, i0:i0+4]^T xb[:m, i0:] (rows beyond d skipped)."""
+    i1, i2, i3 = i0 + 1, i0 + 2, i0 + 3
+    if i3 < d:
+        for r in range(m):
+            a0, a1, a2, a3 = wb[r, i0], wb[r, i1], wb[r, i2], wb[r, i3]
+            for j in range(i0, d):
+                xj = xb[r, j]
+                out[i0, j] += a0 * xj
+                out[i1, j] += a1 * xj
+                out[i2, j] += a2 * xj
+                out[i3, j] += a3 * xj
+    else:
+        for i in range(i0, d):
+            for r in range(m):
+                a = wb[r, i]
+                for j in range(i, d):
+                    out[i, j] += a * xb[r, j]
+
+
+@njit(cache=True, parallel=True)
+def ridge_xtx(x, w, out):
+    """Accumulate ``out += X^T diag(w) X`` in float64; X rows are cast to float64 first.
+
+    x: ``(n, d)`` float32 or float64, C-contiguous; w: ``(n,)`` float64; out: ``(d, d)``
+    float64, updated in place (kept symmetric). Each product ``(w_r x_ri) x_rj`` is formed in
+    float64 (exact for fp32 rows with w = 1) and each entry sums its rows in row order.
+    Twin: ``rfmodel.ridge._accumulate_reference`` (BLAS ``X^T (w X)``), equal to a tolerance.
+    """
+    n, d = x.shape
+    xb = np.empty((ROW_BLOCK, d))
+    wb = np.empty((ROW_BLOCK, d))
+    groups = (d + 3) // 4
+    for r0 in range(0, n, ROW_BLOCK):
+        m = min(ROW_BLOCK, n - r0)
+        for r in range(m):
+            wr = w[r0 + r]
+            for j in range(d):
+                v = np.float64(x[r0 + r, j])
+                xb[r, j] = v
+                wb[r, j] = wr * v
+        # pair group p with group (groups-1-p) so both threads get equal triangle work
+        for p in prange((groups + 1) // 2):
+            _xtx_group(out, xb, wb, m, 4 * p, d)
+            q = groups - 1 - p
+            if q != p:
+                _xtx_group(out, xb, wb, m, 4 * q, d)
+    for i in range(d):
+        for j in range(i + 1, d):
+            out[j, i] = out[i, j]
+
+
+@njit(cache=True, parallel=True)
+def ridge_xty(x, y, w, out):
+    """Accumulate ``out += X^T diag(w) Y`` in float64 (rows cast to float64 first).
+
+    x: ``(n, d_in)``, y: ``(n, d_out)`` float32/float64 C-contiguous; w: ``(n,)`` float64;
+    out: ``(d_in, d_out)`` float64 updated in place; rows summed in row order.
+    Twin: ``rfmodel.ridge._accumulate_reference``.
+    """
+    n, d_in = x.shape
+    d_out = y.shape[1]
+    wb = np.empty((ROW_BLOCK, d_in))
+    yb = np.empty((ROW_BLOCK, d_out))
+    for r0 in range(0, n, ROW_BLOCK):
+        m = min(ROW_BLOCK, n - r0)
+        for r in range(m):
+            wr = w[r0 + r]
+            for j in range(d_in):
+                wb[r, j] = wr * np.float64(x[r0 + r, j])
+            for j in range(d_out):
+                yb[r, j] = np.float64(y[r0 + r, j])
+        for i in prange(d_in):
+            for r in range(m):
+                a = wb[r, i]
+                for j in range(d_out):
+                    out[i, j] += a * yb[r, j]
+
+
+# --------------------------------------------------------------------------------------------
+# Gated delta rule scan (twin: rfmodel.gdn.gdn_scan_reference, same arithmetic order)
+# --------------------------------------------------------------------------------------------
+@njit(cache=True, parallel=True)
+def gdn_scan(q, k, v, g, beta, state, erase):
+    """Gated delta rule over rows, heads in parallel; bitwise equal to its NumPy twin.
+
+    q, k: ``(H, N, d_k)``; v: ``(H, N, d_v)``; g, beta: ``(H, N)``; state: ``(H, d_k, d_v)``
+    (all one float dtype), updated in place to the final state; erase: bool. Per row and head:
+    ``S = g S;  m = k^T S;  S = S + k (beta (v - m))^T;  o = S^T q`` (``m = 0`` and
+    ``delta = v beta`` when erase is False) -- the order of
+    ``rfmodel.gdn.gdn_scan_reference`` (and of HF ``torch_recurrent_gated_delta_rule``).
+    Returns the outputs ``(H, N, d_v)``.
+    """
+    H, N, d_k = k.shape
+    d_v = v.shape[2]
+    out = np.empty((H, N, d_v), dtype=v.dtype)
+    for h in prange(H):
+        s = state[h]
+        mem = np.empty(d_v, dtype=v.dtype)
+        delta = np.empty(d_v, dtype=v.dtype)
+        for t in range(N):
+            gt = g[h, t]
+            for i in range(d_k):
+                for j in range(d_v):
+                    s[i, j] = s[i, j] * gt
+            bt = beta[h, t]
+            if erase:
+                for j in range(d_v):
+                    mem[j] = k[h, t, 0] * s[0, j]
+                for i in range(1, d_k):
+                    ki = k[h, t, i]
+                    for j in range(d_v):
+                        mem[j] = mem[j] + ki * s[i, j]
+                for j in range(d_v):
+                    delta[j] = (v[h, t, j] - mem[j]) * bt
+            else:
+                for j in range(d_v):
+                    delta[j] = v[h, t, j] * bt
+            for i in range(d_k):
+                ki = k[h, t, i]
+                for j in range(d_v):
+                    s[i, j] = s[i, j] + ki * delta[j]
+            for j in range(d_v):
+                out[h, t, j] = s[0, j] * q[h, t, 0]
+            for i in range(1, d_k):
+                qi = q[h, t, i]
+                for j in range(d_v):
+                    out[h, t, j] = out[h, t, j] + s[i, j] * qi
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Selector kernels (twins: rfmodel.selectors._complete_groups_reference,
+# rfmodel.lexical._ngram_hits_reference); integer logic, so bitwise equal.
+# --------------------------------------------------------------------------------------------
+@njit(cache=True)
+def complete_groups(group, selected, max_run):
+    """Mask of rows whose group holds a selected row (groups longer than max_run excluded).
+
+    group: ``(n,)`` int64 non-decreasing group label per row (0..G-1); selected: ``(n,)``
+    bool; max_run: int. Returns ``(n,)`` bool: selected, or in a group of at most max_run
+    rows that has a selected row. Twin: ``rfmodel.selectors._complete_groups_reference``.
+    """
+    n = group.shape[0]
+    n_groups = 0 if n == 0 else group[n - 1] + 1
+    hit = np.zeros(n_groups, dtype=np.bool_)
+    size = np.zeros(n_groups, dtype=np.int64)
+    for r in range(n):
+        size[group[r]] += 1
+        if selected[r]:
+            hit[group[r]] = True
+    out = np.empty(n, dtype=np.bool_)
+    for r in range(n):
+        gr = group[r]
+        out[r] = selected[r] or (hit[gr] and size[gr] <= max_run)
+    return out
+
+
+@njit(cache=True)
+def ngram_hits(words, window, k):
+    """For each k-gram start p of ``words``, whether ``words[p:p+k]`` occurs in ``window``.
+
+    words: ``(n,)`` int64 word ids; window: ``(m,)`` int64; k >= 1. Returns ``(max(n-k+1,0),)``
+    bool. Twin: ``rfmodel.lexical._ngram_hits_reference``.
+    """
+    n = words.shape[0]
+    m = window.shape[0]
+    n_out = max(n - k + 1, 0)
+    out = np.zeros(n_out, dtype=np.bool_)
+    for p in range(n_out):
+        for s in range(m - k + 1):
+            same = True
+            for i in range(k):
+                if words[p + i] != window[s + i]:
+                    same = False
+                    break
+            if same:
+                out[p] = True
+                break
+    return out
