@@ -1,0 +1,12 @@
+/-
+Copyright (c) 2026 RidgeFill authors. Released under Apache 2.0.
+-/
+import RidgeFill.StateCorrection
+
+/-!
+# RidgeFill
+
+Machine-checked statements behind RidgeFill's design (paper, Appendix H, §2.4 and §3.3), one
+module per theorem family. Shared definitions live in `OrderedField`, `Algebra`, `ListSum` and
+`Gating`. See `README.md` for what each family states and which toolchain checked it.
+-/
