@@ -2,6 +2,8 @@
 Copyright (c) 2026 RidgeFill authors. Released under Apache 2.0.
 -/
 import RidgeFill.StateCorrection
+import RidgeFill.TailShare
+import RidgeFill.GdnContraction
 
 /-!
 # RidgeFill

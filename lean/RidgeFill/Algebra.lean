@@ -271,6 +271,11 @@ theorem le_add_of_nonneg_right {a b : α} (h : 0 ≤ b) : a ≤ a + b := by
   rw [add_zero] at h2
   exact h2
 
+theorem sub_le_self {a b : α} (h : 0 ≤ b) : a - b ≤ a := by
+  have h2 := add_le_add_left (neg_nonpos_of_nonneg h) a
+  rw [add_zero, ← sub_eq] at h2
+  exact h2
+
 theorem le_add_of_nonneg_left {a b : α} (h : 0 ≤ b) : a ≤ b + a := by
   rw [add_comm]; exact le_add_of_nonneg_right h
 
