@@ -262,38 +262,20 @@ def make_sample(task: str, length: int, seed: int, haystack: str,
         return "".join(pieces), spans
 
     budget = length - reserve
-    prompt, spans = build(0)
-    n_tok = count(prompt)
+    counts: dict[int, int] = {}
+
+    def n_tokens(n_words: int) -> int:
+        if n_words not in counts:
+            counts[n_words] = count(build(n_words)[0])
+        return counts[n_words]
+
+    n_tok = n_tokens(0)
     if n_tok > budget:
         raise ValueError(f"{task}: even without haystack the prompt has {n_tok} tokens > {budget}")
-    # largest haystack word count whose prompt fits the budget (binary search)
-    lo, hi = 0, len(words)
-    full_prompt, _ = build(hi)
-    full_tok = count(full_prompt)
-    if full_tok <= budget:
-        if full_tok < 0.9 * budget:
-            raise ValueError(f"haystack too short: {len(words)} words make {full_tok} tokens, "
-                             f"need about {budget}; pass more text (gpu.corpus.haystack_text)")
-        lo = hi
-    else:
-        # a first guess from the token rate, then bisection
-        rate = max((full_tok - n_tok) / len(words), 1e-6)
-        guess = min(len(words), max(0, int((budget - n_tok) / rate)))
-        g_tok = count(build(guess)[0])
-        if g_tok <= budget:
-            lo = guess
-            step = max(8, guess // 50)
-            while lo + step < hi and count(build(lo + step)[0]) <= budget:
-                lo += step
-            hi = min(hi, lo + step)
-        else:
-            hi = guess
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if count(build(mid)[0]) <= budget:
-                lo = mid
-            else:
-                hi = mid
+    lo, hi = _largest_fitting(n_tokens, budget, len(words))
+    if hi is None and n_tokens(lo) < 0.9 * budget:
+        raise ValueError(f"haystack too short: {len(words)} words make {n_tokens(lo)} tokens, "
+                         f"need about {budget}; pass more text (gpu.corpus.haystack_text)")
     prompt, spans = build(lo)
     n_tok = count(prompt)
     queried_keys = set(queried_idx)
@@ -309,6 +291,48 @@ def make_sample(task: str, length: int, seed: int, haystack: str,
         answer_prefix=answer_prefix, query=query,
         meta={"haystack_words": lo, "reserve": reserve, "base_seed": seed},
     )
+
+
+def _largest_fitting(n_tokens: Callable[[int], int], budget: int, n_max: int) -> tuple[int, int | None]:
+    """The largest word count ``w <= n_max`` with ``n_tokens(w) <= budget`` (``n_tokens(0)``
+    fits), and the smallest count found not to fit (None when all ``n_max`` words fit).
+    Grows a bracket from a first probe (never tokenizing much more than the budget), guesses
+    by linear interpolation, gallops from the guess, then bisects."""
+    lo, hi = 0, None
+    probe = min(n_max, max(64, 2 * budget))
+    while True:
+        if n_tokens(probe) <= budget:
+            lo = probe
+            if probe == n_max:
+                return lo, None
+            probe = min(n_max, probe * 2)
+        else:
+            hi = probe
+            break
+    c_lo, c_hi = n_tokens(lo), n_tokens(hi)
+    guess = lo + int((budget - c_lo) * (hi - lo) / max(c_hi - c_lo, 1))
+    guess = min(max(guess, lo + 1), hi - 1)
+    if guess > lo:
+        step = 4
+        if n_tokens(guess) <= budget:
+            lo = guess
+            while lo + step < hi and n_tokens(lo + step) <= budget:
+                lo += step
+                step *= 2
+            hi = min(hi, lo + step)
+        else:
+            hi = guess
+            while hi - step > lo and n_tokens(hi - step) > budget:
+                hi -= step
+                step *= 2
+            lo = max(lo, hi - step)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if n_tokens(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
 
 
 def make_samples(task: str, length: int, n: int, seed: int, haystack: str,
@@ -348,12 +372,16 @@ def needle_token_positions(sample: NeedleSample, offsets: Any, char_shift: int =
 
 
 def in_filled_region(sample: NeedleSample, offsets: Any, n_tokens: int, tail: int,
-                     char_shift: int = 0) -> bool:
+                     char_shift: int = 0, *, queried_only: bool = False) -> bool:
     """True iff every needle's tokens lie strictly before the exact tail, i.e. at
-    positions ``< n_tokens - tail``. Raises ``ValueError`` when a needle has no tokens
-    (the offsets do not cover the sample's prompt)."""
+    positions ``< n_tokens - tail`` (``n_tokens``: the whole tokenized prompt, chat template
+    and all). Every needle counts, multikey distractors included, as in the paper's
+    filled-region subset; ``queried_only`` looks at the asked-for needles alone. Raises
+    ``ValueError`` when a needle has no tokens (the offsets do not cover the prompt)."""
     cutoff = n_tokens - tail
     for k, pos in enumerate(needle_token_positions(sample, offsets, char_shift)):
+        if queried_only and not sample.needles[k].queried:
+            continue
         if not pos:
             raise ValueError(f"needle {k} ({sample.needles[k].text!r}) has no tokens in these offsets")
         if max(pos) >= cutoff:

@@ -181,7 +181,7 @@ def test_char_shift_and_tensor_offsets():
 
 
 def test_trained_bpe_tokenizer_offsets():
-    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -226,6 +226,11 @@ def test_filled_region_hand_cases():
     assert in_filled_region(s, offs2, 6, 1) and not in_filled_region(s, offs2, 6, 2)
     with pytest.raises(ValueError):
         in_filled_region(s, [(0, 2), (3, 5)], 2, 0)
+    # a distractor in the tail: out of the subset, unless only asked-for needles count
+    mixed = NeedleSample(**{**two.__dict__, "needles": [two.needles[0],
+                                                        Needle(**{**two.needles[1].__dict__, "queried": False})]})
+    assert not in_filled_region(mixed, offs, 7, 2)
+    assert in_filled_region(mixed, offs, 7, 2, queried_only=True)
 
 
 @given(st.data())
@@ -266,3 +271,26 @@ def test_score_is_ruler_fraction(answer, expected):
     want = sum(1.0 if r.lower() in pred.lower() else 0.0 for r in expected) / len(expected)
     assert score(answer, expected) == want
     assert all_found(answer, expected) == (want == 1.0)
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=400), st.integers(0, 40), st.integers(0, 500))
+def test_largest_fitting_matches_linear_scan(costs, base, budget):
+    from gpu.tasks import _largest_fitting
+
+    prefix = [base]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    if prefix[0] > budget:
+        return
+    calls = []
+
+    def n_tokens(w):
+        calls.append(w)
+        return prefix[w]
+
+    lo, hi = _largest_fitting(n_tokens, budget, len(costs))
+    want = max(w for w in range(len(costs) + 1) if prefix[w] <= budget)
+    assert lo == want
+    assert (hi is None) == (want == len(costs))
+    if hi is not None:
+        assert prefix[hi] > budget and hi == lo + 1
