@@ -1096,10 +1096,17 @@ def lambda_set(max_docs: int | None = None, max_chars: int | None = None, *, see
 
 
 def eval_documents(*, domains: Iterable[str] | None = None, min_chars: int = 0,
-                   split_seed: int = SPLIT_SEED) -> list[Document]:
+                   split_seed: int = SPLIT_SEED, chunked: bool = True) -> list[Document]:
     """Evaluation-role documents (for long-document loss), at least ``min_chars`` long,
-    in doc-id order."""
-    return [d for d in _role_docs(split_seed, "eval", domains) if len(d.text) >= min_chars]
+    in doc-id order: the 2K-8K-token chunks, or with ``chunked=False`` the whole source
+    documents they were cut from (for longer contexts; still disjoint from the other roles,
+    which are dealt by source document)."""
+    docs = _role_docs(split_seed, "eval", domains)
+    if not chunked:
+        sources = {d.source_id for d in docs}
+        whole = [w for name in sorted({d.domain for d in docs}) for w in load_domain(name)]
+        docs = sorted((w for w in whole if w.doc_id in sources), key=lambda d: d.doc_id)
+    return [d for d in docs if len(d.text) >= min_chars]
 
 
 def haystack_text(min_chars: int, seed: int = 0, role: str = "eval", *,

@@ -541,4 +541,8 @@ def test_real_calibration_and_haystack(real_split):
     for d in calib_all[::25]:
         assert d.text[:400].strip() not in hay
     assert len(corpus.lambda_set(max_docs=6)) == 6
-    assert corpus.eval_documents(min_chars=corpus.MIN_CHUNK_CHARS)
+    chunks = corpus.eval_documents(min_chars=corpus.MIN_CHUNK_CHARS)
+    assert chunks and all(len(d.text) <= corpus.MAX_CHUNK_CHARS for d in chunks)
+    whole = corpus.eval_documents(chunked=False, min_chars=4 * corpus.MAX_CHUNK_CHARS)
+    assert whole and all("#" not in d.doc_id for d in whole)
+    assert {d.doc_id for d in whole} <= {d.source_id for d in corpus.eval_documents()}
