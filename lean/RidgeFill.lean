@@ -4,6 +4,7 @@ Copyright (c) 2026 RidgeFill authors. Released under Apache 2.0.
 import RidgeFill.StateCorrection
 import RidgeFill.TailShare
 import RidgeFill.GdnContraction
+import RidgeFill.AttentionInfluence
 
 /-!
 # RidgeFill

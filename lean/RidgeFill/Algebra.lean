@@ -231,6 +231,11 @@ theorem sub_nonneg_of_le {a b : α} (h : a ≤ b) : 0 ≤ b - a := by
   rw [add_neg, ← sub_eq] at h2
   exact h2
 
+theorem sub_nonpos_of_le {a b : α} (h : a ≤ b) : a - b ≤ 0 := by
+  have h2 := add_le_add_right h (-b)
+  rw [add_neg, ← sub_eq] at h2
+  exact h2
+
 theorem le_of_sub_nonneg {a b : α} (h : 0 ≤ b - a) : a ≤ b := by
   have h2 := add_le_add_right h a
   rw [zero_add, sub_add_cancel] at h2
