@@ -1,0 +1,29 @@
+"""One adapter per model family; ``for_model`` picks it from ``config.model_type``."""
+from __future__ import annotations
+
+from torch import nn
+
+from .base import Adapter, LayerInfo
+from .gemma3 import Gemma3Adapter
+from .llama import LlamaAdapter
+from .qwen3 import Qwen3Adapter
+
+ADAPTERS: dict[str, type[Adapter]] = {
+    "llama": LlamaAdapter,
+    "mistral": LlamaAdapter,
+    "qwen2": LlamaAdapter,
+    "qwen3": Qwen3Adapter,
+    "gemma3_text": Gemma3Adapter,
+}
+
+
+def for_model(model: nn.Module) -> Adapter:
+    kind = model.config.model_type
+    if kind not in ADAPTERS:
+        raise ValueError(
+            f"model_type {kind!r} is not supported; supported families: {sorted(ADAPTERS)}"
+        )
+    return ADAPTERS[kind](model)
+
+
+__all__ = ["Adapter", "LayerInfo", "for_model", "ADAPTERS"]

@@ -1,0 +1,303 @@
+"""The RidgeFill prefill engine (paper sections 2.1-2.4), family-agnostic.
+
+A prefill, as data: tokens -> plan -> lower layers 0..S-1 for every row (the model's own
+code, so they are bitwise the stock forward) -> x_S -> per late layer: the map predicts the
+filled rows' input, which goes through that layer's own norm and K/V projections (RoPE at the
+rows' own positions) -> exact rows and tail run the whole layer over the mixed cache -> one
+ordinary transformers cache -> ordinary decoding at full depth.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from .adapters import Adapter, for_model
+from .plan import Plan
+
+FILLS = ("ridge", "identity", "none", "exact")
+SPLICES = ("keys", "values", "both")
+
+
+class Predictor(Protocol):
+    split: int
+
+    def predict(self, layer: int, x_split: torch.Tensor) -> torch.Tensor: ...
+
+
+class _StopAtSplit(Exception):
+    pass
+
+
+@dataclass
+class Prefill:
+    """What a prefill returns: an ordinary cache plus what the caller may want to report."""
+
+    cache: DynamicCache
+    logits: torch.Tensor          # (n_computed, vocab): logits of the rows that ran every layer
+    rows: torch.Tensor            # positions of those rows (exact prefix rows, then the tail)
+    plan: Plan | None
+    fill: str
+    visible: torch.Tensor | None = None   # late-layer key mask when filled rows have no entry
+    seconds: float = 0.0
+    received: torch.Tensor | None = None  # attention received per prefix row (probe), if asked
+    info: dict = field(default_factory=dict)
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        return self.logits[-1]
+
+
+@dataclass
+class Selection:
+    """What a row selector may read once the lower layers ran for every row (paper 2.4)."""
+
+    engine: "Engine"
+    prompt: object
+    plan: Plan
+    x_split: torch.Tensor
+    cache: DynamicCache
+    kept: dict[int, torch.Tensor]
+    fill: str
+
+
+class Engine:
+    """RidgeFill prefill and decoding on a Hugging Face causal LM."""
+
+    def __init__(self, model, maps: Predictor | None = None):
+        self.model = model
+        self.adapter: Adapter = for_model(model)
+        self.maps = maps
+
+    # ------------------------------------------------------------------ lower layers
+    @torch.inference_mode()
+    def lower(self, ids: torch.Tensor, split: int, cache: DynamicCache,
+              keep: dict[int, slice] | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Run layers 0..split-1 with the model's own forward; return x_split (1, n, d).
+
+        ``keep`` asks for the inputs of chosen lower layers (rows sliced), for selectors.
+        """
+        box: dict = {}
+        kept: dict[int, torch.Tensor] = {}
+        handles = []
+
+        def stop(module, args, kwargs):
+            box["x"] = args[0] if args else kwargs["hidden_states"]
+            raise _StopAtSplit
+
+        for i, rows in (keep or {}).items():
+            def grab(module, args, kwargs, i=i, rows=rows):
+                kept[i] = (args[0] if args else kwargs["hidden_states"])[:, rows]
+            handles.append(self.adapter.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
+        handles.append(self.adapter.layers[split].register_forward_pre_hook(stop, with_kwargs=True))
+        try:
+            self.adapter.inner(input_ids=ids, cache=cache, use_cache=cache is not None)
+        except _StopAtSplit:
+            pass
+        finally:
+            for h in handles:
+                h.remove()
+        return box["x"], kept
+
+    # ------------------------------------------------------------------ prefill
+    @torch.inference_mode()
+    def prefill(self, ids: torch.Tensor, plan: Plan | None, fill: str = "ridge", *,
+                rescale: str | None = None, rescale_rows: int = 64,
+                splice: str | None = None, exact_cache: DynamicCache | None = None,
+                skip_unread: bool = True, selector=None, prompt=None) -> Prefill:
+        """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
+
+        fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
+        POP's fill), "none" (filled rows get no late-layer cache entry).
+        rescale: None | "values" | "keys" (paper 2.3), measured on the first ``rescale_rows``
+        tail rows. splice: replace filled keys/values/both by those of ``exact_cache``.
+        selector: chooses exact prefix rows after the lower layers ran (gpu.select), reading
+        ``prompt``; the chosen rows replace ``plan.exact_rows``.
+        """
+        if fill not in FILLS:
+            raise ValueError(f"fill={fill!r}: choose one of {FILLS}")
+        if splice is not None and (splice not in SPLICES or exact_cache is None):
+            raise ValueError(f"splice={splice!r} needs one of {SPLICES} and an exact_cache")
+        if fill == "ridge" and self.maps is None:
+            raise ValueError("fill='ridge' needs maps: fit them with `ridgefill fit` and pass --maps")
+        if fill == "ridge" and plan is not None and self.maps.split != plan.split:
+            raise ValueError(f"maps were fitted for split {self.maps.split}, the plan asks for "
+                             f"split {plan.split}; fit maps for this split or use --split "
+                             f"{self.maps.split}")
+        start = time.perf_counter()
+        ids = ids.to(self.model.device)
+        n = ids.shape[1]
+        if fill == "exact" or plan is None or plan.all_exact:
+            out = self.model(input_ids=ids, cache=DynamicCache(config=self.model.config),
+                             use_cache=True)
+            rows = torch.arange(n, device=ids.device) if plan is None else torch.as_tensor(
+                plan.computed, device=ids.device)
+            return Prefill(out.past_key_values, out.logits[0, rows], rows, plan, "exact",
+                           seconds=time.perf_counter() - start)
+
+        cache = DynamicCache(config=self.model.config)
+        keep = selector.keep(prompt, plan) if selector is not None else None
+        x_split, kept = self.lower(ids, plan.split, cache, keep)
+        if selector is not None:
+            ctx = Selection(self, prompt, plan, x_split, cache, kept, fill)
+            plan = plan.with_rows(selector(ctx))
+        computed = torch.as_tensor(plan.computed, device=ids.device)
+        filled = torch.as_tensor(plan.filled, device=ids.device)
+        h = self.late(x_split, x_split[:, computed], computed, filled, cache, fill,
+                      base=0, rescale=rescale, rescale_rows=rescale_rows, plan=plan,
+                      splice=splice, exact_cache=exact_cache, skip_unread=skip_unread)
+        visible = None
+        if fill == "none":  # filled rows have no late-layer entry; decoding must not see them
+            visible = torch.zeros(n, dtype=torch.bool, device=ids.device)
+            visible[computed] = True
+        logits = self.adapter.logits(h)[0]
+        return Prefill(cache, logits, computed, plan, fill, visible,
+                       seconds=time.perf_counter() - start)
+
+    # ------------------------------------------------------------------ late layers
+    def _predict(self, layer: int, split: int, x: torch.Tensor, fill: str) -> torch.Tensor:
+        if fill == "identity" or layer == split:
+            return x  # layer S's own input is x_S, exactly
+        return self.maps.predict(layer, x)
+
+    def late(self, x_split: torch.Tensor, h: torch.Tensor, computed: torch.Tensor,
+             filled: torch.Tensor, cache: DynamicCache | None, fill: str, *, base: int,
+             rescale: str | None = None, rescale_rows: int = 64, plan: Plan | None = None,
+             splice: str | None = None, exact_cache: DynamicCache | None = None,
+             visible: torch.Tensor | None = None, received: torch.Tensor | None = None,
+             skip_unread: bool = True, split: int | None = None) -> torch.Tensor:
+        """Run layers split..L-1. New rows are positions base..base+n_new-1 of which ``computed``
+        run the whole layer (hidden ``h``) and ``filled`` only write their cache entry from the
+        prediction of ``x_split`` (rows indexed like positions - base).
+
+        With ``cache=None`` nothing is written (the probe's sweep). ``received`` (n_keys,)
+        accumulates the attention each key row receives from the computed rows.
+        Returns the computed rows' hidden state after the last layer.
+        """
+        ad = self.adapter
+        split = plan.split if plan is not None else split
+        n_new = x_split.shape[1]
+        device = x_split.device
+        pos_new = torch.arange(base, base + n_new, device=device)
+        write_filled = fill != "none" and filled.numel() > 0
+        tail_start = int(computed.min()) if plan is None else plan.n_prefix
+        for layer in range(split, ad.n_layers):
+            info = ad.layer_info(layer)
+            if info.kind == "gdn":
+                raise NotImplementedError(
+                    "Gated DeltaNet late layers are not supported by the torch engine yet; "
+                    "use a split above the last linear-attention layer")
+            cos, sin = ad.rope(x_split, pos_new[None], layer)
+            norm = ad.input_norm(layer)
+            k = x_split.new_zeros(1, ad.config.num_key_value_heads, n_new, ad.attn(layer).head_dim)
+            v = torch.zeros_like(k)
+            kc, vc = ad.keys_values(layer, norm(h), cos[:, computed], sin[:, computed])
+            k[:, :, computed], v[:, :, computed] = kc, vc
+            rows_f = filled
+            if write_filled and skip_unread and info.window is not None:
+                rows_f = _read_by_someone(filled, computed, n_new, info.window)
+            if write_filled and rows_f.numel():
+                xf = self._predict(layer, split, x_split[:, rows_f], fill)
+                kf, vf = ad.keys_values(layer, norm(xf), cos[:, rows_f], sin[:, rows_f])
+                if rescale is not None:
+                    kf, vf = self._rescale(layer, split, rescale, rescale_rows, x_split, h,
+                                           computed, tail_start, norm, cos, sin, kf, vf, fill)
+                if splice is not None:
+                    ek, ev = exact_cache.layers[layer].keys, exact_cache.layers[layer].values
+                    if splice in ("keys", "both"):
+                        kf = ek[:, :, rows_f]
+                    if splice in ("values", "both"):
+                        vf = ev[:, :, rows_f]
+                k[:, :, rows_f], v[:, :, rows_f] = kf, vf
+            if cache is not None:
+                k_all, v_all = cache.update(k, v, layer)
+            else:
+                k_all, v_all = k, v
+            n_keys = k_all.shape[2]
+            key_pos = torch.arange(base + n_new - n_keys, base + n_new, device=device)
+            q_pos = pos_new[computed]
+            allowed = key_pos[None, :] <= q_pos[:, None]
+            if info.window is not None:
+                allowed &= key_pos[None, :] > q_pos[:, None] - info.window
+            seen = torch.zeros(n_keys, dtype=torch.bool, device=device)
+            n_old = n_keys - n_new
+            seen[:n_old] = True if visible is None else visible[visible.numel() - n_old:]
+            seen[n_old + computed] = True
+            if write_filled:
+                seen[n_old + rows_f] = True
+            allowed &= seen[None, :]
+            q = ad.queries(layer, norm(h), cos[:, computed], sin[:, computed])
+            if received is not None:
+                probs = _attention_probs(q, k_all, allowed, ad.scaling(layer))
+                received[-n_keys:] += probs.sum(dim=(0, 1, 2)).float()
+            out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=allowed,
+                                                 scale=ad.scaling(layer), enable_gqa=True)
+            h = ad.finish(layer, h, out.transpose(1, 2).reshape(1, q.shape[2], -1))
+        return h
+
+    def _rescale(self, layer, split, which, c, x_split, h, computed, tail_start, norm, cos, sin,
+                 kf, vf, fill):
+        """Value/key rescale (paper 2.3): per KV head, mean exact norm over mean predicted norm
+        on the first ``c`` tail rows, applied to the filled rows' entries."""
+        tail_rows = computed[computed >= tail_start][:c]
+        take = torch.searchsorted(computed, tail_rows)
+        k_ex, v_ex = self.adapter.keys_values(layer, norm(h[:, take]), cos[:, tail_rows],
+                                              sin[:, tail_rows])
+        xp = self._predict(layer, split, x_split[:, tail_rows], fill)
+        k_pr, v_pr = self.adapter.keys_values(layer, norm(xp), cos[:, tail_rows], sin[:, tail_rows])
+        if which == "values":
+            scale = v_ex.norm(dim=-1).mean(-1) / v_pr.norm(dim=-1).mean(-1).clamp_min(1e-12)
+            return kf, vf * scale[..., None, None]
+        scale = k_ex.norm(dim=-1).mean(-1) / k_pr.norm(dim=-1).mean(-1).clamp_min(1e-12)
+        return kf * scale[..., None, None], vf
+
+    # ------------------------------------------------------------------ decoding
+    @torch.inference_mode()
+    def decode(self, pre: Prefill, max_new_tokens: int, eos_token_id=None) -> list[int]:
+        """Greedy decoding at full depth from the prefilled cache (every step runs the whole
+        model; the no-fill arm keeps its filled rows hidden from the late layers)."""
+        cache, logits = pre.cache, pre.last_logits
+        n = int(pre.rows[-1]) + 1
+        eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else
+                  [eos_token_id] if eos_token_id is not None else [])
+        visible = pre.visible
+        out: list[int] = []
+        for step in range(max_new_tokens):
+            token = int(logits.argmax())
+            out.append(token)
+            if token in eos or step == max_new_tokens - 1:
+                break
+            ids = torch.tensor([[token]], device=self.model.device)
+            if visible is None:
+                logits = self.model(input_ids=ids, cache=cache, use_cache=True).logits[0, -1]
+            else:
+                split = pre.plan.split
+                x_split, _ = self.lower(ids, split, cache)
+                one = torch.zeros(1, dtype=torch.long, device=ids.device)
+                h = self.late(x_split, x_split, one, one[:0], cache, "exact", base=n,
+                              visible=visible, split=split)
+                visible = torch.cat([visible, visible.new_ones(1)])
+                logits = self.adapter.logits(h)[0, -1]
+            n += 1
+        return out
+
+
+def _read_by_someone(filled: torch.Tensor, computed: torch.Tensor, n: int, window: int):
+    """Filled rows that some later query can read in a sliding-window layer: a computed row or
+    a decoding step (positions >= n) within ``window`` after them."""
+    nxt = torch.cat([computed, torch.tensor([n], device=computed.device)])
+    nxt = nxt.sort().values
+    idx = torch.searchsorted(nxt, filled)  # first computed/decode position >= filled row
+    return filled[(nxt[idx] - filled) < window]
+
+
+def _attention_probs(q, k, allowed, scale):
+    groups = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(groups, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1)

@@ -1,0 +1,288 @@
+"""Fitting RidgeFill maps (paper section 2.2 and Appendix G).
+
+One capture pass over the calibration text serves every listed split: the inputs of the
+split layer and of every later layer are hooked out of the model's own forward and fed to
+streaming fp64 moments (rfmodel.ridge). The pass checkpoints every few documents and resumes
+bitwise. lambda is chosen per split on held-out documents by the cosine between the cache
+entries written from the predicted and from the true layer input. Under torchrun each rank
+captures a disjoint share of the documents and the moments are all-reduced before the solve.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from rfmodel.ridge import RidgeMoments
+
+from . import corpus
+from .atomic import atomic_path, write_json
+from .engine import Engine
+from .mapfile import save_maps
+from .models import Loaded
+
+DEFAULT_LAMBDAS = tuple(float(x) for x in np.logspace(-4, 0, 9))
+
+
+@dataclass
+class FitOptions:
+    splits: list[int]
+    out: Path
+    calib: str = "builtin"
+    lambdas: tuple[float, ...] = DEFAULT_LAMBDAS
+    max_tokens: int = 40_000        # calibration tokens captured in all
+    doc_tokens: int = 4096          # tokens per document (documents are cut, never padded)
+    heldout_docs: int = 2
+    heldout_tokens: int = 2048
+    checkpoint_every: int = 4
+    seed: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+def check_options(opts: FitOptions, n_layers: int) -> None:
+    for s in opts.splits:
+        if not 1 <= s <= n_layers - 1:
+            raise ValueError(f"split {s} is outside 1..{n_layers - 1} for this {n_layers}-layer "
+                             "model; pick a layer between the first and the last")
+    if not opts.splits:
+        raise ValueError("give at least one split with --splits")
+    bad = [lam for lam in opts.lambdas if not (lam > 0 and math.isfinite(lam))]
+    if bad:
+        raise ValueError(f"lambda must be > 0 (got {bad}); the default grid is 1e-4 .. 1")
+
+
+def output_path(out: Path, split: int, n_splits: int) -> Path:
+    """One split: ``out`` itself; several: ``out`` with ``-s{split}`` before the suffix."""
+    return out if n_splits == 1 else out.with_name(f"{out.stem}-s{split}{out.suffix}")
+
+
+def documents(opts: FitOptions):
+    """(fit documents, held-out lambda documents) for the built-in set or a folder."""
+    if opts.calib == "builtin":
+        fit = corpus.calibration_set(max_chars=opts.max_tokens * corpus.CHARS_PER_TOKEN * 2,
+                                     seed=opts.seed)
+        held = corpus.lambda_set(max_docs=opts.heldout_docs, seed=opts.seed)
+        return fit, held
+    docs = corpus.read_folder(opts.calib)
+    n_held = min(opts.heldout_docs, max(len(docs) // 5, 1)) if len(docs) > 1 else 0
+    if n_held == 0:
+        return docs, docs[:1]  # one document: lambda is scored on it (noted in the metadata)
+    return docs[:-n_held], docs[-n_held:]
+
+
+def capture(engine: Engine, ids: torch.Tensor, first: int) -> dict[int, np.ndarray]:
+    """Inputs (residual stream) of layers first..L-1 for every row, as float32 (n, d)."""
+    last = engine.adapter.n_layers - 1
+    keep = {l: slice(None) for l in range(first, last)}
+    with torch.inference_mode():
+        x_last, kept = engine.lower(ids, last, None, keep=keep)
+    kept[last] = x_last
+    return {l: kept[l][0].float().cpu().numpy() for l in range(first, last + 1)}
+
+
+class Checkpoint:
+    """Moments of every split, unigram counts and progress in one npz, replaced atomically."""
+
+    def __init__(self, path: Path, key: str):
+        self.path, self.key = path, key
+
+    def load(self):
+        if not self.path.exists():
+            return None
+        with np.load(self.path, allow_pickle=False) as z:
+            if str(z["key"]) != self.key:
+                return None
+            state = {k: z[k] for k in z.files}
+        splits = sorted({int(k.split("/")[0][1:]) for k in state if k.startswith("s")})
+        moments = {s: RidgeMoments.from_state_dict(
+            {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(f"s{s}/")})
+            for s in splits}
+        return moments, state["unigram"], int(state["done"]), json.loads(str(state["log"]))
+
+    def save(self, moments: dict[int, RidgeMoments], unigram, done: int, log: dict) -> None:
+        arrays = {f"s{s}/{k}": v for s, m in moments.items() for k, v in m.state_dict().items()}
+        with atomic_path(self.path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, key=np.array(self.key), unigram=unigram, done=np.array(done),
+                         log=np.array(json.dumps(log)), **arrays)
+
+
+def _dist():
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist
+
+
+def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
+    """The capture pass: moments for every split, resumable, sharded under torchrun."""
+    tok, model = loaded.tokenizer, loaded.model
+    engine = Engine(model)
+    L, d = loaded.n_layers, model.config.hidden_size
+    first = min(opts.splits)
+    dist = _dist()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist else (0, 1)
+    mine = docs[rank::world]
+    key = hashlib.sha256(json.dumps([loaded.fingerprint(), opts.splits, opts.doc_tokens,
+                                     opts.max_tokens, [x.doc_id for x in mine]]).encode()
+                         ).hexdigest()
+    ckpt = Checkpoint(opts.out.with_name(f".{opts.out.name}.rank{rank}.ckpt.npz"), key)
+    resumed = ckpt.load()
+    if resumed:
+        moments, unigram, done, log = resumed
+    else:
+        moments = {s: RidgeMoments(d, {l: d for l in range(s + 1, L)}) for s in opts.splits}
+        unigram = np.zeros(model.config.vocab_size, np.int64)
+        done, log = 0, {"docs": {}, "skipped": {}}
+    budget = opts.max_tokens // world
+    used = sum(log["docs"].values())
+    bar = tqdm(total=budget, initial=used, unit="tok", desc=f"capture (rank {rank})",
+               disable=not progress, dynamic_ncols=True)
+    for i in range(done, len(mine)):
+        if used >= budget:
+            break
+        doc = mine[i]
+        ids = tok(doc.text, return_tensors="pt").input_ids[:, : min(opts.doc_tokens, budget - used)]
+        xs = capture(engine, ids.to(model.device), first)
+        if not all(np.isfinite(x).all() for x in xs.values()):
+            warnings.warn(f"calibration document {doc.doc_id} gives non-finite activations; "
+                          "skipped (recorded in the map metadata)")
+            log["skipped"][doc.doc_id] = "non-finite activations"
+        else:
+            for s, m in moments.items():
+                m.update(xs[s], {l: xs[l] for l in range(s + 1, L)})
+            unigram += np.bincount(ids[0].numpy(), minlength=unigram.size)
+            log["docs"][doc.doc_id] = int(ids.shape[1])
+            used += int(ids.shape[1])
+            bar.update(int(ids.shape[1]))
+        if (i + 1) % opts.checkpoint_every == 0:
+            ckpt.save(moments, unigram, i + 1, log)
+    bar.close()
+    ckpt.save(moments, unigram, len(mine), log)
+    if dist:
+        moments, unigram, log = _all_reduce(dist, moments, unigram, log)
+    return moments, unigram, log, ckpt
+
+
+def _all_reduce(dist, moments, unigram, log):
+    reduced = {}
+    for s, m in moments.items():
+        state = {}
+        for k, v in m.state_dict().items():
+            t = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64)).clone()
+            dist.all_reduce(t)
+            state[k] = t.numpy().astype(v.dtype)
+        reduced[s] = RidgeMoments.from_state_dict(state)
+    u = torch.from_numpy(unigram).clone()
+    dist.all_reduce(u)
+    logs = [None] * dist.get_world_size()
+    dist.all_gather_object(logs, log)
+    merged = {"docs": {}, "skipped": {}}
+    for part in logs:
+        merged["docs"].update(part["docs"])
+        merged["skipped"].update(part["skipped"])
+    return reduced, u.numpy(), merged
+
+
+def cache_write_cosine(engine: Engine, layer: int, x_pred: torch.Tensor, x_true: torch.Tensor):
+    """Mean per-row cosine of keys and of values written from predicted vs true input (2.2)."""
+    ad = engine.adapter
+    pos = torch.arange(x_true.shape[1])[None]
+    cos, sin = ad.rope(x_true, pos, layer)
+    norm = ad.input_norm(layer)
+    kp, vp = ad.keys_values(layer, norm(x_pred), cos, sin)
+    kt, vt = ad.keys_values(layer, norm(x_true), cos, sin)
+
+    def rowcos(a, b):
+        a, b = a.transpose(1, 2).flatten(2), b.transpose(1, 2).flatten(2)
+        return torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item()
+
+    return rowcos(kp, kt), rowcos(vp, vt)
+
+
+def heldout_scores(engine: Engine, captures, split: int, maps) -> dict[int, tuple[float, float]]:
+    """{layer: (key cosine, value cosine)} over the held-out captures; maps None = identity."""
+    out = {}
+    with torch.inference_mode():
+        for layer in range(split + 1, engine.adapter.n_layers):
+            ks, vs = [], []
+            for xs in captures:
+                x_s = torch.from_numpy(xs[split])[None]
+                if maps is None:
+                    pred = x_s
+                else:
+                    A, b = maps[layer]
+                    pred = x_s @ torch.from_numpy(A.astype(np.float32)).T + torch.from_numpy(
+                        b.astype(np.float32))
+                k, v = cache_write_cosine(engine, layer, pred, torch.from_numpy(xs[layer])[None])
+                ks.append(k)
+                vs.append(v)
+            out[layer] = (float(np.mean(ks)), float(np.mean(vs)))
+    return out
+
+
+def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Path]:
+    """Capture, choose lambda per split on held-out text, write one map file per split."""
+    check_options(opts, loaded.n_layers)
+    fit_docs, held_docs = documents(opts)
+    t0 = time.perf_counter()
+    moments, unigram, log, ckpt = accumulate(loaded, opts, fit_docs, progress)
+    capture_s = time.perf_counter() - t0
+    dist = _dist()
+    if dist and dist.get_rank() != 0:
+        dist.barrier()
+        return {}
+    engine = Engine(loaded.model)
+    model = loaded.model
+    captures = []
+    for doc in held_docs:
+        ids = loaded.tokenizer(doc.text, return_tensors="pt").input_ids[:, : opts.heldout_tokens]
+        captures.append(capture(engine, ids.to(model.device), min(opts.splits)))
+    written = {}
+    for s in opts.splits:
+        t1 = time.perf_counter()
+        scores = {}
+        best = None
+        for lam in tqdm(opts.lambdas, desc=f"lambda search (split {s})", disable=not progress):
+            maps = moments[s].solve(lam)
+            per_layer = heldout_scores(engine, captures, s, maps)
+            score = float(np.mean([(k + v) / 2 for k, v in per_layer.values()]))
+            scores[lam] = score
+            if best is None or score > best[1]:
+                best = (lam, score, maps, per_layer)
+        solve_s = time.perf_counter() - t1
+        lam, score, maps, per_layer = best
+        identity = heldout_scores(engine, captures, s, None)
+        meta = {
+            "model": loaded.name, "fingerprint": loaded.fingerprint(), "split": s,
+            "n_layers": loaded.n_layers, "d_in": model.config.hidden_size,
+            "d_out": model.config.hidden_size, "lambda": lam, "lambda_scores": scores,
+            "calibration": {"source": opts.calib, "documents": log["docs"],
+                            "rows": int(moments[s].count), "skipped": log["skipped"]},
+            "heldout": {"documents": [d.doc_id for d in held_docs],
+                        "cosine": {str(l): {"keys": k, "values": v} for l, (k, v) in per_layer.items()},
+                        "identity_cosine": {str(l): {"keys": k, "values": v}
+                                            for l, (k, v) in identity.items()}},
+            "timing": {"capture_seconds": capture_s,
+                       "capture_tokens_per_second": sum(log["docs"].values()) / max(capture_s, 1e-9),
+                       "solve_seconds_per_layer": solve_s / (len(opts.lambdas) * len(maps))},
+        }
+        path = output_path(opts.out, s, len(opts.splits))
+        save_maps(path, maps, meta, unigram)
+        write_json(path.with_suffix(".json"), meta)
+        written[s] = path
+    ckpt.path.unlink(missing_ok=True)
+    if dist:
+        dist.barrier()
+    return written

