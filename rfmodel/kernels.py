@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit, prange
 
 ROW_BLOCK = 64  # rows cast to float64 per block in the ridge kernels
+PARALLEL_MIN_WORK = 1 << 20  # below this many multiply-adds a thread launch costs more
 
 
 # --------------------------------------------------------------------------------------------
@@ -43,8 +44,7 @@ def _xtx_group(out, xb, wb, m, i0, d):
                     out[i, j] += a * xb[r, j]
 
 
-@njit(cache=True, parallel=True)
-def ridge_xtx(x, w, out):
+def _ridge_xtx_body(x, w, out):
     """Accumulate ``out += X^T diag(w) X`` in float64; X rows are cast to float64 first.
 
     x: ``(n, d)`` float32 or float64, C-contiguous; w: ``(n,)`` float64; out: ``(d, d)``
@@ -75,8 +75,7 @@ def ridge_xtx(x, w, out):
             out[j, i] = out[i, j]
 
 
-@njit(cache=True, parallel=True)
-def ridge_xty(x, y, w, out):
+def _ridge_xty_body(x, y, w, out):
     """Accumulate ``out += X^T diag(w) Y`` in float64 (rows cast to float64 first).
 
     x: ``(n, d_in)``, y: ``(n, d_out)`` float32/float64 C-contiguous; w: ``(n,)`` float64;
@@ -102,56 +101,96 @@ def ridge_xty(x, y, w, out):
                     out[i, j] += a * yb[r, j]
 
 
+_ridge_xtx_parallel = njit(cache=True, parallel=True)(_ridge_xtx_body)
+_ridge_xtx_serial = njit(cache=True)(_ridge_xtx_body)
+_ridge_xty_parallel = njit(cache=True, parallel=True)(_ridge_xty_body)
+_ridge_xty_serial = njit(cache=True)(_ridge_xty_body)
+
+
+def ridge_xtx(x, w, out):
+    """``out += X^T diag(w) X`` (see ``_ridge_xtx_body``); threads only for large chunks."""
+    big = x.shape[0] * x.shape[1] * x.shape[1] >= PARALLEL_MIN_WORK
+    (_ridge_xtx_parallel if big else _ridge_xtx_serial)(x, w, out)
+
+
+def ridge_xty(x, y, w, out):
+    """``out += X^T diag(w) Y`` (see ``_ridge_xty_body``); threads only for large chunks."""
+    big = x.shape[0] * x.shape[1] * y.shape[1] >= PARALLEL_MIN_WORK
+    (_ridge_xty_parallel if big else _ridge_xty_serial)(x, y, w, out)
+
+
 # --------------------------------------------------------------------------------------------
 # Gated delta rule scan (twin: rfmodel.gdn.gdn_scan_reference, same arithmetic order)
 # --------------------------------------------------------------------------------------------
-@njit(cache=True, parallel=True)
-def gdn_scan(q, k, v, g, beta, state, erase):
-    """Gated delta rule over rows, heads in parallel; bitwise equal to its NumPy twin.
-
-    q, k: ``(H, N, d_k)``; v: ``(H, N, d_v)``; g, beta: ``(H, N)``; state: ``(H, d_k, d_v)``
-    (all one float dtype), updated in place to the final state; erase: bool. Per row and head:
-    ``S = g S;  m = k^T S;  S = S + k (beta (v - m))^T;  o = S^T q`` (``m = 0`` and
-    ``delta = v beta`` when erase is False) -- the order of
-    ``rfmodel.gdn.gdn_scan_reference`` (and of HF ``torch_recurrent_gated_delta_rule``).
-    Returns the outputs ``(H, N, d_v)``.
-    """
-    H, N, d_k = k.shape
+@njit(cache=True)
+def _gdn_head(q, k, v, g, beta, s, out, h, erase):
+    """One head of the scan: state s (d_k, d_v) updated in place, outputs into out[h]."""
+    N, d_k = k.shape[1], k.shape[2]
     d_v = v.shape[2]
-    out = np.empty((H, N, d_v), dtype=v.dtype)
-    for h in prange(H):
-        s = state[h]
-        mem = np.empty(d_v, dtype=v.dtype)
-        delta = np.empty(d_v, dtype=v.dtype)
-        for t in range(N):
-            gt = g[h, t]
-            for i in range(d_k):
-                for j in range(d_v):
-                    s[i, j] = s[i, j] * gt
-            bt = beta[h, t]
-            if erase:
-                for j in range(d_v):
-                    mem[j] = k[h, t, 0] * s[0, j]
-                for i in range(1, d_k):
-                    ki = k[h, t, i]
-                    for j in range(d_v):
-                        mem[j] = mem[j] + ki * s[i, j]
-                for j in range(d_v):
-                    delta[j] = (v[h, t, j] - mem[j]) * bt
-            else:
-                for j in range(d_v):
-                    delta[j] = v[h, t, j] * bt
-            for i in range(d_k):
+    mem = np.empty(d_v, dtype=v.dtype)
+    delta = np.empty(d_v, dtype=v.dtype)
+    for t in range(N):
+        gt = g[h, t]
+        for i in range(d_k):
+            for j in range(d_v):
+                s[i, j] = s[i, j] * gt
+        bt = beta[h, t]
+        if erase:
+            for j in range(d_v):
+                mem[j] = k[h, t, 0] * s[0, j]
+            for i in range(1, d_k):
                 ki = k[h, t, i]
                 for j in range(d_v):
-                    s[i, j] = s[i, j] + ki * delta[j]
+                    mem[j] = mem[j] + ki * s[i, j]
             for j in range(d_v):
-                out[h, t, j] = s[0, j] * q[h, t, 0]
-            for i in range(1, d_k):
-                qi = q[h, t, i]
-                for j in range(d_v):
-                    out[h, t, j] = out[h, t, j] + s[i, j] * qi
+                delta[j] = (v[h, t, j] - mem[j]) * bt
+        else:
+            for j in range(d_v):
+                delta[j] = v[h, t, j] * bt
+        for i in range(d_k):
+            ki = k[h, t, i]
+            for j in range(d_v):
+                s[i, j] = s[i, j] + ki * delta[j]
+        for j in range(d_v):
+            out[h, t, j] = s[0, j] * q[h, t, 0]
+        for i in range(1, d_k):
+            qi = q[h, t, i]
+            for j in range(d_v):
+                out[h, t, j] = out[h, t, j] + s[i, j] * qi
+
+
+@njit(cache=True, parallel=True)
+def _gdn_scan_parallel(q, k, v, g, beta, state, erase):
+    out = np.empty((k.shape[0], k.shape[1], v.shape[2]), dtype=v.dtype)
+    for h in prange(k.shape[0]):
+        _gdn_head(q, k, v, g, beta, state[h], out, h, erase)
     return out
+
+
+@njit(cache=True)
+def _gdn_scan_serial(q, k, v, g, beta, state, erase):
+    out = np.empty((k.shape[0], k.shape[1], v.shape[2]), dtype=v.dtype)
+    for h in range(k.shape[0]):
+        _gdn_head(q, k, v, g, beta, state[h], out, h, erase)
+    return out
+
+
+
+def gdn_scan(q, k, v, g, beta, state, erase):
+    """Gated delta rule over rows; bitwise equal to its NumPy twin.
+
+    q, k: ``(H, N, d_k)``; v: ``(H, N, d_v)``; g, beta: ``(H, N)``; state: ``(H, d_k, d_v)``
+    (all one float dtype, C-contiguous), updated in place to the final state; erase: bool.
+    Per row and head: ``S = g S;  m = k^T S;  S = S + k (beta (v - m))^T;  o = S^T q``
+    (``delta = v beta`` when erase is False) -- the order of
+    ``rfmodel.gdn.gdn_scan_reference`` (and of HF ``torch_recurrent_gated_delta_rule``).
+    Heads run in parallel when the problem is large (each head by one thread, so results do
+    not depend on it). Returns the outputs ``(H, N, d_v)``.
+    """
+    H, N, d_k = k.shape
+    if H > 1 and H * N * d_k * v.shape[2] >= PARALLEL_MIN_WORK:
+        return _gdn_scan_parallel(q, k, v, g, beta, state, erase)
+    return _gdn_scan_serial(q, k, v, g, beta, state, erase)
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,12 +42,20 @@ def test_gdn_scan_numba_equals_reference_bitwise(shape, seed, dtype, erase):
     np.testing.assert_array_equal(s_nb, s_ref)
 
 
-def test_gdn_scan_py_func_equals_compiled():
-    q, k, v, g, beta, s0 = _inputs(5, 2, 9, 3, 4)
-    a, b = s0.copy(), s0.copy()
-    np.testing.assert_array_equal(kernels.gdn_scan(q, k, v, g, beta, a, True),
-                                  kernels.gdn_scan.py_func(q, k, v, g, beta, b, True))
-    np.testing.assert_array_equal(a, b)
+def test_gdn_scan_serial_parallel_and_py_func_agree_bitwise():
+    q, k, v, g, beta, s0 = _inputs(5, 3, 9, 3, 4)
+    runs = (kernels._gdn_scan_serial, kernels._gdn_scan_parallel, kernels._gdn_scan_serial.py_func)
+    states = [s0.copy() for _ in runs]
+    outs = [run(q, k, v, g, beta, s, True) for run, s in zip(runs, states)]
+    for out, state in zip(outs[1:], states[1:]):
+        np.testing.assert_array_equal(out, outs[0])
+        np.testing.assert_array_equal(state, states[0])
+    s_py = s0.copy()
+    out_py = np.empty_like(outs[0])
+    for h in range(3):
+        kernels._gdn_head.py_func(q, k, v, g, beta, s_py[h], out_py, h, True)
+    np.testing.assert_array_equal(out_py, outs[0])
+    np.testing.assert_array_equal(s_py, states[0])
 
 
 @given(scan_shapes, st.integers(0, 2**32 - 1))

@@ -138,18 +138,21 @@ def test_ridge_moments_numba_matches_reference(data, weighted):
 
 
 def test_ridge_kernels_py_func_equal_compiled():
-    """The compiled kernels against their own Python source (bugs that appear only compiled)."""
+    """Serial, parallel and pure-Python runs of each kernel agree bitwise (each entry sums its
+    rows in row order whatever the threads); catches bugs that appear only compiled."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((70, 9)).astype(np.float32)  # 70 > one 64-row block; d odd
     y = rng.standard_normal((70, 5)).astype(np.float32)
     w = rng.uniform(0, 2, 70)
-    for name, args in (("ridge_xtx", (x, w)), ("ridge_xty", (x, y, w))):
-        fn = getattr(kernels, name)
-        shape = (9, 9) if name == "ridge_xtx" else (9, 5)
-        a, b = np.zeros(shape), np.zeros(shape)
-        fn(*args, a)
-        fn.py_func(*args, b)
-        np.testing.assert_array_equal(a, b)
+    cases = (((9, 9), (x, w), (kernels._ridge_xtx_serial, kernels._ridge_xtx_parallel)),
+             ((9, 5), (x, y, w), (kernels._ridge_xty_serial, kernels._ridge_xty_parallel)))
+    for shape, args, (serial, parallel) in cases:
+        outs = [np.zeros(shape) for _ in range(3)]
+        serial(*args, outs[0])
+        parallel(*args, outs[1])
+        serial.py_func(*args, outs[2])
+        np.testing.assert_array_equal(outs[0], outs[1])
+        np.testing.assert_array_equal(outs[0], outs[2])
 
 
 def test_ridge_moments_fp32_products_exact():
