@@ -1,27 +1,155 @@
-"""The ``ridgefill`` command line."""
+"""The ``ridgefill`` command line: fit, generate, demo, eval, bench."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-
 from importlib.metadata import version
+from pathlib import Path
+
+from .engine import FILLS
+from .select import ROWS
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m",
+                   help="built-in name (smollm2-135m, gemma3-270m) or a local HF model folder")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+
+
+def _prefill_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--maps", help="map file from `ridgefill fit`")
+    p.add_argument("--split", type=int, help="split layer S (default: the maps' split)")
+    p.add_argument("--tail", type=int, default=512, help="exact tail length T (default 512)")
+    p.add_argument("--fill", choices=FILLS, default="ridge")
+    p.add_argument("--rows", choices=ROWS, default="none", help="exact prefix rows selector")
+    p.add_argument("--rescale", choices=("values", "keys", "none"), default="none")
+    p.add_argument("--correction", action="store_true",
+                   help="terminal-state correction on Gated DeltaNet layers")
+    p.add_argument("--precision", choices=("bf16", "int8"), default="bf16",
+                   help="which stored map to use")
+    p.add_argument("--stream-maps", action="store_true",
+                   help="convert maps one layer at a time instead of keeping them resident")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ridgefill", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="ridgefill",
+        description="RidgeFill: training-free late-layer cache fill for faster prefill.")
     parser.add_argument("--version", action="version", version=f"ridgefill {version('ridgefill')}")
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("demo", help="fit maps on first run and answer a needle prompt exact vs RidgeFill")
+
+    f = sub.add_parser("fit", help="fit ridge maps for one or more splits (paper 2.2)")
+    _model_args(f)
+    f.add_argument("--splits", type=int, nargs="+", required=True)
+    f.add_argument("--calib", default="builtin", help="'builtin' or a folder of .txt/.md files")
+    f.add_argument("--lambdas", type=float, nargs="+", help="lambda grid (default 1e-4 .. 1)")
+    f.add_argument("--max-tokens", type=int, default=40_000, help="calibration tokens in all")
+    f.add_argument("--doc-tokens", type=int, default=4096, help="tokens per document at most")
+    f.add_argument("--out", required=True, type=Path, help="map file (.safetensors)")
+
+    g = sub.add_parser("generate", help="RidgeFill prefill, then ordinary decoding")
+    _model_args(g)
+    _prefill_args(g)
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", type=Path, help="file holding the prompt text")
+    g.add_argument("--question", default="", help="question appended at the end of the prompt")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    g.add_argument("--max-new-tokens", type=int, default=32)
+    g.add_argument("--json", action="store_true", help="print a JSON record")
+
+    d = sub.add_parser("demo", help="fit maps on first run, answer a needle prompt both ways")
+    _model_args(d)
+    d.add_argument("--out-dir", type=Path, default=Path("out/demo"))
+
+    b = sub.add_parser("bench", help="time to first token: exact vs RidgeFill, alternating")
+    b.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--lengths", type=int, nargs="+", help="prompt lengths (default per model)")
+    b.add_argument("--out-dir", type=Path, default=Path("results/bench"))
+    b.add_argument("--device", default=None)
+    b.add_argument("--kernels", action="store_true", help="also the Numba-vs-NumPy kernels")
+
+    e = sub.add_parser("eval", help="evaluation: needles, long-document loss, agreement")
+    e.add_argument("what", nargs="?", default="study", help="study | mini")
+    e.add_argument("--out-dir", type=Path, default=Path("results"))
+    e.add_argument("--models", nargs="+", default=None)
     return parser
+
+
+def _cmd_fit(a) -> int:
+    from . import models
+    from .fit import DEFAULT_LAMBDAS, FitOptions, fit
+
+    opts = FitOptions(a.splits, a.out, a.calib, tuple(a.lambdas or DEFAULT_LAMBDAS),
+                      a.max_tokens, a.doc_tokens)
+    loaded = models.load(a.model, device=a.device)
+    from .fit import check_options
+    check_options(opts, loaded.n_layers)
+    for split, path in fit(loaded, opts).items():
+        meta = json.loads(path.with_suffix(".json").read_text())
+        cos = meta["heldout"]["cosine"]
+        k = sum(v["keys"] for v in cos.values()) / len(cos)
+        v = sum(v["values"] for v in cos.values()) / len(cos)
+        print(f"split {split}: lambda {meta['lambda']:.3g}, held-out cache-write cosine keys "
+              f"{k:.3f} values {v:.3f}, {meta['calibration']['rows']} rows -> {path}")
+    return 0
+
+
+def _read_prompt(a) -> str:
+    if a.prompt is not None:
+        return a.prompt
+    try:
+        return a.prompt_file.read_text()
+    except OSError as e:
+        raise ValueError(f"cannot read --prompt-file {a.prompt_file}: {e.strerror}") from None
+
+
+def _cmd_generate(a) -> int:
+    from .api import RidgeFill
+
+    rf = RidgeFill.load(a.model, a.maps, device=a.device, precision=a.precision,
+                        resident=not a.stream_maps, split=a.split, tail=a.tail, fill=a.fill,
+                        rows=a.rows, rescale=None if a.rescale == "none" else a.rescale,
+                        correction=a.correction)
+    r = rf.generate(_read_prompt(a), a.question, chat=a.chat, max_new_tokens=a.max_new_tokens)
+    if a.json:
+        print(json.dumps(r.to_dict(), indent=2))
+    else:
+        for note in r.notes:
+            print(f"note: {note}", file=sys.stderr)
+        print(r.text)
+        print(f"[{r.prompt_tokens} prompt tokens: {r.filled} filled, {r.exact_prefix} exact "
+              f"prefix, {r.tail} tail; time to first token {r.ttft_seconds:.2f} s; "
+              f"decode {r.decode_tokens_per_second:.1f} tok/s]", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
+    a = parser.parse_args(argv)
+    if a.command is None:
         parser.print_help()
         return 0
-    print(f"ridgefill {args.command}: not built yet", file=sys.stderr)
+    try:
+        if a.command == "fit":
+            return _cmd_fit(a)
+        if a.command == "generate":
+            return _cmd_generate(a)
+        if a.command == "demo":
+            from .demo import run
+            return run(a)
+        if a.command == "bench":
+            from .bench import run
+            return run(a)
+        if a.command == "eval":
+            from .evaluate import run
+            return run(a)
+    except (ValueError, FileNotFoundError, ModuleNotFoundError) as e:
+        print(f"ridgefill {a.command}: error: {e}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {a.command}")
     return 2
 
 

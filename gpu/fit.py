@@ -79,6 +79,13 @@ def documents(opts: FitOptions):
     return docs[:-n_held], docs[-n_held:]
 
 
+def moments_path(out: Path, rank: int = 0) -> Path:
+    """Where the capture pass keeps its moments: the checkpoint while it runs, and afterwards
+    the saved sums from which a new lambda re-solves without a new pass."""
+    suffix = "" if rank == 0 else f".rank{rank}"
+    return out.with_name(f"{out.stem}.moments{suffix}.npz")
+
+
 def capture(engine: Engine, ids: torch.Tensor, first: int) -> dict[int, np.ndarray]:
     """Inputs (residual stream) of layers first..L-1 for every row, as float32 (n, d)."""
     last = engine.adapter.n_layers - 1
@@ -137,7 +144,7 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     key = hashlib.sha256(json.dumps([loaded.fingerprint(), opts.splits, opts.doc_tokens,
                                      opts.max_tokens, [x.doc_id for x in mine]]).encode()
                          ).hexdigest()
-    ckpt = Checkpoint(opts.out.with_name(f".{opts.out.name}.rank{rank}.ckpt.npz"), key)
+    ckpt = Checkpoint(moments_path(opts.out, rank), key)
     resumed = ckpt.load()
     if resumed:
         moments, unigram, done, log = resumed
@@ -282,7 +289,14 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
         save_maps(path, maps, meta, unigram)
         write_json(path.with_suffix(".json"), meta)
         written[s] = path
-    ckpt.path.unlink(missing_ok=True)
     if dist:
         dist.barrier()
     return written
+
+
+if __name__ == "__main__":  # torchrun --nproc-per-node N -m gpu.fit --model M --splits S --out F
+    import sys
+
+    from .cli import main
+
+    sys.exit(main(["fit", *sys.argv[1:]]))
