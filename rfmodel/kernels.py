@@ -23,7 +23,7 @@ PARALLEL_MIN_WORK = 1 << 20  # below this many multiply-adds a thread launch cos
 # --------------------------------------------------------------------------------------------
 # Ridge accumulation (twin: rfmodel.ridge._accumulate_reference, which uses BLAS)
 # --------------------------------------------------------------------------------------------
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _xtx_group(out, xb, wb, m, i0, d):
     """out[i0:i0+4, i0:] += wb[:m, i0:i0+4]^T xb[:m, i0:] (rows beyond d skipped)."""
     i1, i2, i3 = i0 + 1, i0 + 2, i0 + 3
@@ -44,7 +44,46 @@ def _xtx_group(out, xb, wb, m, i0, d):
                     out[i, j] += a * xb[r, j]
 
 
-def _ridge_xtx_body(x, w, out):
+@njit(cache=True)
+def _cast_block(x, w, r0, m, xb, wb):
+    """xb[:m] = float64(x[r0:r0+m]); wb[:m] = w[r] * xb[r] (row weights applied once)."""
+    for r in range(m):
+        wr = w[r0 + r]
+        for j in range(x.shape[1]):
+            v = np.float64(x[r0 + r, j])
+            xb[r, j] = v
+            wb[r, j] = wr * v
+
+
+@njit(cache=True)
+def _xtx_pair(out, xb, wb, m, p, groups, d):
+    """Row groups p and groups-1-p (equal triangle work per pair, for balanced threads)."""
+    _xtx_group(out, xb, wb, m, 4 * p, d)
+    q = groups - 1 - p
+    if q != p:
+        _xtx_group(out, xb, wb, m, 4 * q, d)
+
+
+@njit(cache=True)
+def _mirror(out):
+    d = out.shape[0]
+    for i in range(d):
+        for j in range(i + 1, d):
+            out[j, i] = out[i, j]
+
+
+@njit(cache=True)
+def _xty_row(out, wb, yb, m, i):
+    for r in range(m):
+        a = wb[r, i]
+        for j in range(yb.shape[1]):
+            out[i, j] += a * yb[r, j]
+
+
+# Each kernel exists twice, serial and threaded, with the same per-entry arithmetic; the
+# threaded one only splits rows of ``out`` between threads, so both agree bitwise.
+@njit(cache=True)
+def _ridge_xtx_serial(x, w, out):
     """Accumulate ``out += X^T diag(w) X`` in float64; X rows are cast to float64 first.
 
     x: ``(n, d)`` float32 or float64, C-contiguous; w: ``(n,)`` float64; out: ``(d, d)``
@@ -53,29 +92,32 @@ def _ridge_xtx_body(x, w, out):
     Twin: ``rfmodel.ridge._accumulate_reference`` (BLAS ``X^T (w X)``), equal to a tolerance.
     """
     n, d = x.shape
-    xb = np.empty((ROW_BLOCK, d))
-    wb = np.empty((ROW_BLOCK, d))
+    xb, wb = np.empty((ROW_BLOCK, d)), np.empty((ROW_BLOCK, d))
     groups = (d + 3) // 4
     for r0 in range(0, n, ROW_BLOCK):
         m = min(ROW_BLOCK, n - r0)
-        for r in range(m):
-            wr = w[r0 + r]
-            for j in range(d):
-                v = np.float64(x[r0 + r, j])
-                xb[r, j] = v
-                wb[r, j] = wr * v
-        # pair group p with group (groups-1-p) so both threads get equal triangle work
+        _cast_block(x, w, r0, m, xb, wb)
+        for p in range((groups + 1) // 2):
+            _xtx_pair(out, xb, wb, m, p, groups, d)
+    _mirror(out)
+
+
+@njit(cache=True, parallel=True)
+def _ridge_xtx_parallel(x, w, out):
+    """``_ridge_xtx_serial`` with the row-group pairs split between threads."""
+    n, d = x.shape
+    xb, wb = np.empty((ROW_BLOCK, d)), np.empty((ROW_BLOCK, d))
+    groups = (d + 3) // 4
+    for r0 in range(0, n, ROW_BLOCK):
+        m = min(ROW_BLOCK, n - r0)
+        _cast_block(x, w, r0, m, xb, wb)
         for p in prange((groups + 1) // 2):
-            _xtx_group(out, xb, wb, m, 4 * p, d)
-            q = groups - 1 - p
-            if q != p:
-                _xtx_group(out, xb, wb, m, 4 * q, d)
-    for i in range(d):
-        for j in range(i + 1, d):
-            out[j, i] = out[i, j]
+            _xtx_pair(out, xb, wb, m, p, groups, d)
+    _mirror(out)
 
 
-def _ridge_xty_body(x, y, w, out):
+@njit(cache=True)
+def _ridge_xty_serial(x, y, w, out):
     """Accumulate ``out += X^T diag(w) Y`` in float64 (rows cast to float64 first).
 
     x: ``(n, d_in)``, y: ``(n, d_out)`` float32/float64 C-contiguous; w: ``(n,)`` float64;
@@ -83,38 +125,38 @@ def _ridge_xty_body(x, y, w, out):
     Twin: ``rfmodel.ridge._accumulate_reference``.
     """
     n, d_in = x.shape
-    d_out = y.shape[1]
-    wb = np.empty((ROW_BLOCK, d_in))
-    yb = np.empty((ROW_BLOCK, d_out))
+    xb, wb = np.empty((ROW_BLOCK, d_in)), np.empty((ROW_BLOCK, d_in))
+    yb, ones = np.empty((ROW_BLOCK, y.shape[1])), np.ones(n)
     for r0 in range(0, n, ROW_BLOCK):
         m = min(ROW_BLOCK, n - r0)
-        for r in range(m):
-            wr = w[r0 + r]
-            for j in range(d_in):
-                wb[r, j] = wr * np.float64(x[r0 + r, j])
-            for j in range(d_out):
-                yb[r, j] = np.float64(y[r0 + r, j])
+        _cast_block(x, w, r0, m, xb, wb)
+        _cast_block(y, ones, r0, m, yb, yb)
+        for i in range(d_in):
+            _xty_row(out, wb, yb, m, i)
+
+
+@njit(cache=True, parallel=True)
+def _ridge_xty_parallel(x, y, w, out):
+    """``_ridge_xty_serial`` with the rows of ``out`` split between threads."""
+    n, d_in = x.shape
+    xb, wb = np.empty((ROW_BLOCK, d_in)), np.empty((ROW_BLOCK, d_in))
+    yb, ones = np.empty((ROW_BLOCK, y.shape[1])), np.ones(n)
+    for r0 in range(0, n, ROW_BLOCK):
+        m = min(ROW_BLOCK, n - r0)
+        _cast_block(x, w, r0, m, xb, wb)
+        _cast_block(y, ones, r0, m, yb, yb)
         for i in prange(d_in):
-            for r in range(m):
-                a = wb[r, i]
-                for j in range(d_out):
-                    out[i, j] += a * yb[r, j]
-
-
-_ridge_xtx_parallel = njit(cache=True, parallel=True)(_ridge_xtx_body)
-_ridge_xtx_serial = njit(cache=True)(_ridge_xtx_body)
-_ridge_xty_parallel = njit(cache=True, parallel=True)(_ridge_xty_body)
-_ridge_xty_serial = njit(cache=True)(_ridge_xty_body)
+            _xty_row(out, wb, yb, m, i)
 
 
 def ridge_xtx(x, w, out):
-    """``out += X^T diag(w) X`` (see ``_ridge_xtx_body``); threads only for large chunks."""
+    """``out += X^T diag(w) X`` (``_ridge_xtx_serial``); threads only for large chunks."""
     big = x.shape[0] * x.shape[1] * x.shape[1] >= PARALLEL_MIN_WORK
     (_ridge_xtx_parallel if big else _ridge_xtx_serial)(x, w, out)
 
 
 def ridge_xty(x, y, w, out):
-    """``out += X^T diag(w) Y`` (see ``_ridge_xty_body``); threads only for large chunks."""
+    """``out += X^T diag(w) Y`` (``_ridge_xty_serial``); threads only for large chunks."""
     big = x.shape[0] * x.shape[1] * y.shape[1] >= PARALLEL_MIN_WORK
     (_ridge_xty_parallel if big else _ridge_xty_serial)(x, y, w, out)
 
