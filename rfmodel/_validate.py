@@ -69,6 +69,8 @@ def index_array(x: object, name: str, *, n: int) -> np.ndarray:
     """``x`` as a sorted unique int64 array of row indices in [0, n)."""
     if x is None:
         return np.zeros(0, dtype=np.int64)
+    if isinstance(x, (set, frozenset)):
+        x = sorted(x)
     arr = np.asarray(x)
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)

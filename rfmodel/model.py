@@ -390,7 +390,8 @@ class TinyModel:
         if arm == "exact":
             x, late, _, _ = self._late_exact(x_s, arr, s)
             # logits of every row, then the tail: the same matmul shape as forward_exact
-            return self._logits(x)[n_p:], Cache(caches + late, N, {"exact_rows": np.arange(N)})
+            info = {"exact_rows": np.arange(N), "filled_rows": np.zeros(0, np.int64), "x_split": x_s}
+            return self._logits(x)[n_p:], Cache(caches + late, N, info)
         return self._late(arr, x_s, caches, s, t, exact, arm, mp, rescale, cc, rescale_mode,
                           corr, correction_mode, splice)
 
@@ -453,7 +454,7 @@ class TinyModel:
                 fill = (*self._gdn_inputs(i, x_hat), rows_f) if rows_f.size else None
                 x, cache = self._gdn_layer(i, x, rows_e, n_p, fill, corr.get(i), corr_mode)
             late.append(cache)
-        info = {"exact_rows": rows_e, "filled_rows": rows_f}
+        info = {"exact_rows": rows_e, "filled_rows": rows_f, "x_split": x_s}
         return self._logits(x)[-t:], Cache(caches + late, N, info)
 
     def decode_step(self, token: int, cache: Cache) -> np.ndarray:

@@ -15,6 +15,11 @@ from rfmodel.gdn import (
 )
 
 
+def _py(kernel):
+    """The pure-Python source of a Numba kernel (the kernel itself under NUMBA_DISABLE_JIT=1)."""
+    return getattr(kernel, "py_func", kernel)
+
+
 def _inputs(seed, H, N, d_k, d_v, dtype=np.float64, g_lo=0.3, g_hi=1.0, unit_k=True):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((H, N, d_k))
@@ -44,7 +49,7 @@ def test_gdn_scan_numba_equals_reference_bitwise(shape, seed, dtype, erase):
 
 def test_gdn_scan_serial_parallel_and_py_func_agree_bitwise():
     q, k, v, g, beta, s0 = _inputs(5, 3, 9, 3, 4)
-    runs = (kernels._gdn_scan_serial, kernels._gdn_scan_parallel, kernels._gdn_scan_serial.py_func)
+    runs = (kernels._gdn_scan_serial, kernels._gdn_scan_parallel, _py(kernels._gdn_scan_serial))
     states = [s0.copy() for _ in runs]
     outs = [run(q, k, v, g, beta, s, True) for run, s in zip(runs, states)]
     for out, state in zip(outs[1:], states[1:]):
@@ -53,7 +58,7 @@ def test_gdn_scan_serial_parallel_and_py_func_agree_bitwise():
     s_py = s0.copy()
     out_py = np.empty_like(outs[0])
     for h in range(3):
-        kernels._gdn_head.py_func(q, k, v, g, beta, s_py[h], out_py, h, True)
+        _py(kernels._gdn_head)(q, k, v, g, beta, s_py[h], out_py, h, True)
     np.testing.assert_array_equal(out_py, outs[0])
     np.testing.assert_array_equal(s_py, states[0])
 
