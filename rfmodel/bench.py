@@ -29,7 +29,7 @@ from typing import Callable
 import numba
 import numpy as np
 
-from rfmodel import gdn, kernels, lexical, ridge, selectors
+from rfmodel import gdn, lexical, ridge, selectors
 
 __all__ = ["run_kernel_bench"]
 

@@ -35,8 +35,9 @@ import numpy as np
 from scipy.special import expit
 
 from rfmodel import _validate as _v
-from rfmodel.attention import attend, rms_norm, rope, splice as _splice, rescale_factors
-from rfmodel.gdn import gdn_prefill_scan, gdn_scan
+from rfmodel.attention import attend, rescale_factors, rms_norm, rope
+from rfmodel.attention import splice as _splice
+from rfmodel.gdn import gdn_prefill_scan
 from rfmodel.maps import apply_map
 from rfmodel.selectors import attention_received, probe_rows
 
@@ -313,22 +314,29 @@ class TinyModel:
         return out
 
     # ------------------------------------------------------------------ public passes
-    def _lower(self, ids, stop, want_probs=False, want_hidden=False):
-        """Layers 0..stop-1 for every row: (x_stop, caches, probs per attention layer, hidden)."""
-        x = self.w["model.embed_tokens.weight"][ids]  # (N, C)
-        pos = np.arange(ids.shape[0])
-        caches, probs, hidden = [], {}, [x]
-        for i in range(stop):
+    def _exact_layers(self, x, start, stop, want_probs=False, want_hidden=False):
+        """Layers start..stop-1 for every row of x ``(N, C)`` (rows at positions 0..N-1):
+        (x_stop, caches, {layer: probs}, [x_start+1, ..., x_stop] if want_hidden)."""
+        N = x.shape[0]
+        pos = np.arange(N)
+        caches, probs, hidden = [], {}, []
+        for i in range(start, stop):
             if self.config.layer_types[i] == "attention":
                 x, cache, p = self._attention_layer(i, x, pos, want_probs=want_probs)
                 if want_probs:
                     probs[i] = p
             else:
-                x, cache = self._gdn_layer(i, x, pos, ids.shape[0])
+                x, cache = self._gdn_layer(i, x, pos, N)
             caches.append(cache)
             if want_hidden:
                 hidden.append(x)
         return x, caches, probs, hidden
+
+    def _lower(self, ids, stop, want_probs=False, want_hidden=False):
+        """Embedding, then layers 0..stop-1 exactly for every row; hidden lists x_0..x_stop."""
+        x = self.w["model.embed_tokens.weight"][ids]  # (N, C)
+        out, caches, probs, hidden = self._exact_layers(x, 0, stop, want_probs, want_hidden)
+        return out, caches, probs, [x] + hidden
 
     def forward_exact(self, ids, *, return_probs: bool = False):
         """Exact prefill: logits ``(N, vocab)`` and a Cache of every row in every layer; with
@@ -359,14 +367,15 @@ class TinyModel:
         return attention_received(chosen, window)
 
     def prefill(self, ids, arm: str, S: int, T: int, *, exact_rows=(), maps=None, rescale=None,
-                c: int = 1, rescale_mode: str = "mean_ratio", correction=None,
+                c: int | None = None, rescale_mode: str = "mean_ratio", correction=None,
                 correction_mode: str = "rho", splice=None):
         """Prefill under one arm: logits of the T tail rows ``(T, vocab)`` and the Cache.
 
         S in 1..L-1 (layers 0..S-1 run exactly for every row); T in 1..N; exact_rows: prefix
         rows that run every layer; maps ``{l: (A (C, C), b (C,))}`` for every late layer
-        (ridgefill); rescale None | "values" | "keys" with the first c tail rows
-        (rfmodel.attention.rescale_factors, rescale_mode); correction ``{gdn layer: delta_M}``
+        (ridgefill); rescale None | "values" | "keys" measured on the first c tail rows
+        (default ``min(512, T)``, the paper's c; rfmodel.attention.rescale_factors with
+        rescale_mode); correction ``{gdn layer: delta_M}``
         added at the end of the prefix times rho (correction_mode "rho") or unscaled;
         splice None | "keys" | "values" | "both" replaces filled K/V by exact ones.
         """
@@ -383,28 +392,17 @@ class TinyModel:
         if (rescale or splice) and not fill_arm:
             raise ValueError(f"rescale and splice act on filled rows; arm={arm!r} has none. "
                              "Use arm='identity' or 'ridgefill'.")
-        cc = _v.integer(c, "c", minimum=1, maximum=t) if rescale else 0
+        cc = (min(512, t) if c is None else _v.integer(c, "c", minimum=1, maximum=t)) if rescale else 0
         mp = self._maps(maps, s) if arm == "ridgefill" else None
         corr = self._corrections(correction, s)
         x_s, caches, _, _ = self._lower(arr, s)
         if arm == "exact":
-            x, late, _, _ = self._late_exact(x_s, arr, s)
+            x, late, _, _ = self._exact_layers(x_s, s, self.config.n_layers)
             # logits of every row, then the tail: the same matmul shape as forward_exact
             info = {"exact_rows": np.arange(N), "filled_rows": np.zeros(0, np.int64), "x_split": x_s}
             return self._logits(x)[n_p:], Cache(caches + late, N, info)
         return self._late(arr, x_s, caches, s, t, exact, arm, mp, rescale, cc, rescale_mode,
                           corr, correction_mode, splice)
-
-    def _late_exact(self, x, ids, s):
-        pos = np.arange(ids.shape[0])
-        late = []
-        for i in range(s, self.config.n_layers):
-            if self.config.layer_types[i] == "attention":
-                x, cache, _ = self._attention_layer(i, x, pos)
-            else:
-                x, cache = self._gdn_layer(i, x, pos, ids.shape[0])
-            late.append(cache)
-        return x, late, None, None
 
     def _corrections(self, correction, s):
         if correction is None:

@@ -29,7 +29,7 @@ import numpy as np
 
 from rfmodel import _validate as _v
 from rfmodel import kernels
-from rfmodel.lexical import lexical_net
+from rfmodel.lexical import lexical_net  # noqa: F401 -- re-exported
 
 __all__ = [
     "attention_received",
