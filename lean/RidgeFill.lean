@@ -5,6 +5,7 @@ import RidgeFill.StateCorrection
 import RidgeFill.TailShare
 import RidgeFill.GdnContraction
 import RidgeFill.AttentionInfluence
+import RidgeFill.CountMatched
 
 /-!
 # RidgeFill

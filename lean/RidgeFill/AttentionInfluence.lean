@@ -131,7 +131,7 @@ theorem sumBy_abs_weight_diff (z' z : α) (xs : List (AttnRow α))
 theorem scoreSum_nonneg (xs : List (AttnRow α)) (h : allOf scorePos xs) :
     0 ≤ scoreSum xs := by
   induction xs with
-  | nil => exact le_refl 0
+  | nil => exact le_refl (0 : α)
   | cons x xs ih =>
     rw [scoreSum_def, sumBy_cons, ← scoreSum_def]
     exact add_nonneg (le_of_lt h.1) (ih h.2)
@@ -265,7 +265,7 @@ theorem abs_outputWith_sub_le (z' z V : α) (xs : List (AttnRow α)) (h : allOf 
   | nil =>
     rw [outputWith_nil, outputWith_nil, sub_self, sumBy_nil, mul_zero,
       abs_of_nonneg (le_refl (0 : α))]
-    exact le_refl 0
+    exact le_refl (0 : α)
   | cons x xs ih =>
     rw [outputWith_cons, outputWith_cons, sumBy_cons, add_sub_add_comm, ← sub_mul, mul_add]
     apply le_trans (abs_add_le _ _)

@@ -134,7 +134,7 @@ theorem mul_mask_comm (b : Bool) (c a : α) : c * mask b a = a * mask b c := by
 theorem mask_nonneg (b : Bool) {a : α} (h : 0 ≤ a) : 0 ≤ mask b a := by
   cases b with
   | true => exact h
-  | false => exact le_refl 0
+  | false => exact le_refl (0 : α)
 
 theorem mask_le (b : Bool) {a : α} (h : 0 ≤ a) : mask b a ≤ a := by
   cases b with
@@ -145,7 +145,7 @@ theorem mask_le (b : Bool) {a : α} (h : 0 ≤ a) : mask b a ≤ a := by
 theorem filledWeight_add_exactWeight (rows : List (Row α)) :
     filledWeight rows + exactWeight rows = totalWeight rows := by
   induction rows with
-  | nil => exact add_zero 0
+  | nil => exact add_zero (0 : α)
   | cons r rs ih =>
     rw [filledWeight_cons, exactWeight_cons, totalWeight_cons, add_add_add_comm,
       mask_add_mask_not, ih]

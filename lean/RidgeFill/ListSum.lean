@@ -90,19 +90,19 @@ theorem sumBy_mul_left (c : α) (f : β → α) (xs : List β) :
 theorem sumBy_nonneg {f : β → α} (xs : List β) (h : allOf (fun x => 0 ≤ f x) xs) :
     0 ≤ sumBy f xs := by
   induction xs with
-  | nil => exact le_refl 0
+  | nil => exact le_refl (0 : α)
   | cons x xs ih => rw [sumBy_cons]; exact add_nonneg h.1 (ih h.2)
 
 theorem sumBy_le_sumBy {f g : β → α} (xs : List β) (h : allOf (fun x => f x ≤ g x) xs) :
     sumBy f xs ≤ sumBy g xs := by
   induction xs with
-  | nil => exact le_refl 0
+  | nil => exact le_refl (0 : α)
   | cons x xs ih => rw [sumBy_cons, sumBy_cons]; exact add_le_add h.1 (ih h.2)
 
 theorem sumTo_add (n : Nat) (f g : Nat → α) :
     sumTo n (fun i => f i + g i) = sumTo n f + sumTo n g := by
   induction n with
-  | zero => exact (add_zero 0).symm
+  | zero => exact (add_zero (0 : α)).symm
   | succ n ih =>
     show f n + g n + sumTo n (fun i => f i + g i) = f n + sumTo n f + (g n + sumTo n g)
     rw [ih, add_add_add_comm]
@@ -130,16 +130,20 @@ theorem sumTo_sub (n : Nat) (f g : Nat → α) :
 
 theorem sumTo_nonneg (n : Nat) (f : Nat → α) (h : ∀ i, 0 ≤ f i) : 0 ≤ sumTo n f := by
   induction n with
-  | zero => exact le_refl 0
+  | zero => exact le_refl (0 : α)
   | succ n ih => exact add_nonneg (h n) ih
 
 theorem sumTo_le_sumTo (n : Nat) (f g : Nat → α) (h : ∀ i, f i ≤ g i) :
     sumTo n f ≤ sumTo n g := by
   induction n with
-  | zero => exact le_refl 0
+  | zero => exact le_refl (0 : α)
   | succ n ih => exact add_le_add (h n) ih
 
 theorem natCast_add_one (n : Nat) : (natCast (n + 1) : α) = natCast n + 1 := rfl
+
+theorem natCast_one : (natCast 1 : α) = 1 := by
+  show natCast 0 + 1 = (1 : α)
+  rw [natCast_zero, zero_add]
 
 theorem natCast_len_append (xs ys : List β) :
     (natCast (len (xs ++ ys)) : α) = natCast (len xs) + natCast (len ys) := by
@@ -151,7 +155,7 @@ theorem natCast_len_append (xs ys : List β) :
 
 theorem natCast_nonneg (n : Nat) : (0 : α) ≤ natCast n := by
   induction n with
-  | zero => exact le_refl 0
+  | zero => exact le_refl (0 : α)
   | succ n ih => exact add_nonneg ih zero_le_one
 
 theorem natCast_succ_pos (n : Nat) : (0 : α) < natCast (n + 1) :=

@@ -38,7 +38,7 @@ theorem gateProd_nonneg {γ : α} (rows : List (Row α)) (h : allOf (gateIn γ) 
 theorem gateProd_le_npow {γ : α} (rows : List (Row α)) (h : allOf (gateIn γ) rows) :
     gateProd rows ≤ npow γ (len rows) := by
   induction rows with
-  | nil => exact le_refl 1
+  | nil => exact le_refl (1 : α)
   | cons r rs ih =>
     rw [gateProd_cons, len_cons, npow_succ]
     exact mul_le_mul h.1.2 (ih h.2) (gateProd_nonneg rs h.2) (le_trans h.1.1 h.1.2)
@@ -46,7 +46,7 @@ theorem gateProd_le_npow {γ : α} (rows : List (Row α)) (h : allOf (gateIn γ)
 theorem filledWeight_nonneg {γ : α} (rows : List (Row α)) (h : allOf (gateIn γ) rows) :
     0 ≤ filledWeight rows := by
   induction rows with
-  | nil => exact le_refl 0
+  | nil => exact le_refl (0 : α)
   | cons r rs ih =>
     rw [filledWeight_cons]
     exact add_nonneg (mask_nonneg r.filled (gateProd_nonneg rs h.2)) (ih h.2)
@@ -54,7 +54,7 @@ theorem filledWeight_nonneg {γ : α} (rows : List (Row α)) (h : allOf (gateIn 
 theorem filledWeight_le_totalWeight {γ : α} (rows : List (Row α))
     (h : allOf (gateIn γ) rows) : filledWeight rows ≤ totalWeight rows := by
   induction rows with
-  | nil => exact le_refl 0
+  | nil => exact le_refl (0 : α)
   | cons r rs ih =>
     rw [filledWeight_cons, totalWeight_cons]
     exact add_le_add (mask_le r.filled (gateProd_nonneg rs h.2)) (ih h.2)
@@ -71,7 +71,7 @@ theorem filledWeight_of_exact (rows : List (Row α)) (h : allOf isExact rows) :
 theorem totalWeight_mul_add_gateProd_le {γ : α} (rows : List (Row α))
     (h : allOf (gateIn γ) rows) : totalWeight rows * (1 - γ) + gateProd rows ≤ 1 := by
   induction rows with
-  | nil => rw [totalWeight_nil, gateProd_nil, zero_mul, zero_add]; exact le_refl 1
+  | nil => rw [totalWeight_nil, gateProd_nil, zero_mul, zero_add]; exact le_refl (1 : α)
   | cons r rs ih =>
     rw [totalWeight_cons, gateProd_cons]
     have hP := gateProd_nonneg rs h.2
@@ -91,7 +91,7 @@ theorem one_le_totalWeight_cons {γ : α} (r : Row α) (rs : List (Row α))
   have hinv : ∀ xs : List (Row α), allOf (gateIn γ) xs → 1 ≤ totalWeight xs + gateProd xs := by
     intro xs hx
     induction xs with
-    | nil => rw [totalWeight_nil, gateProd_nil, zero_add]; exact le_refl 1
+    | nil => rw [totalWeight_nil, gateProd_nil, zero_add]; exact le_refl (1 : α)
     | cons y ys ih =>
       rw [totalWeight_cons, gateProd_cons, add_comm (gateProd ys)]
       exact le_trans (ih hx.2)
@@ -103,7 +103,7 @@ theorem one_le_totalWeight_cons {γ : α} (r : Row α) (rs : List (Row α))
 theorem rho_le_filledWeight {γ : α} (rows : List (Row α)) (h : allOf (gateIn γ) rows) :
     rho rows ≤ filledWeight rows := by
   cases rows with
-  | nil => rw [rho_def, filledWeight_nil, zero_mul]; exact le_refl 0
+  | nil => rw [rho_def, filledWeight_nil, zero_mul]; exact le_refl (0 : α)
   | cons r rs =>
     have hT := one_le_totalWeight_cons r rs h
     have hF := filledWeight_nonneg (r :: rs) h
