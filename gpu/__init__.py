@@ -1,1 +1,7 @@
 """Torch backend: real models, capture and fit, RidgeFill prefill, evaluation, benchmark, CLI."""
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("ridgefill")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.1.0+src"

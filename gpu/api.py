@@ -45,7 +45,7 @@ class RidgeFill:
 
     def __init__(self, loaded: models.Loaded, maps: MapSet | None = None, *, split: int | None = None,
                  tail: int = 512, fill: str = "ridge", rows: str = "none",
-                 rescale: str | None = None, rescale_rows: int = 64, correction: bool = False,
+                 rescale: str | None = None, rescale_rows: int = 512, correction: bool = False,
                  selector_options: dict | None = None):
         if fill not in FILLS:
             raise ValueError(f"--fill {fill!r}: choose one of {FILLS}")
@@ -94,7 +94,8 @@ class RidgeFill:
     def plan(self, n: int) -> Plan | None:
         return None if self.fill == "exact" else Plan(n, self.split, self.tail, self.loaded.n_layers)
 
-    def prefill(self, p: prompts.Prompt, notes: list[str] | None = None) -> Prefill:
+    def prefill(self, p: prompts.Prompt, notes: list[str] | None = None,
+                all_logits: bool = False) -> Prefill:
         notes = notes if notes is not None else []
         plan = self.plan(p.n)
         selector = self.selector
@@ -106,7 +107,8 @@ class RidgeFill:
                              "to select from; fell back to --rows none")
             selector = None
         return self.engine.prefill(p.ids, plan, self.fill, rescale=self.rescale,
-                                   rescale_rows=self.rescale_rows, selector=selector, prompt=p)
+                                   rescale_rows=self.rescale_rows, selector=selector, prompt=p,
+                                   all_logits=all_logits)
 
     def generate(self, body: str, question: str = "", *, chat: bool = False,
                  max_new_tokens: int = 32, answer_prefix: str = "") -> Result:

@@ -1,10 +1,11 @@
 """The ``ridgefill`` command line: fit, generate, demo, eval, bench."""
 from __future__ import annotations
 
+from . import __version__
+
 import argparse
 import json
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 from .engine import FILLS
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ridgefill",
         description="RidgeFill: training-free late-layer cache fill for faster prefill.")
-    parser.add_argument("--version", action="version", version=f"ridgefill {version('ridgefill')}")
+    parser.add_argument("--version", action="version", version=f"ridgefill {__version__}")
     sub = parser.add_subparsers(dest="command")
 
     f = sub.add_parser("fit", help="fit ridge maps for one or more splits (paper 2.2)")
@@ -70,11 +71,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out-dir", type=Path, default=Path("results/bench"))
     b.add_argument("--device", default=None)
     b.add_argument("--kernels", action="store_true", help="also the Numba-vs-NumPy kernels")
+    b.add_argument("--random-weights", action="store_true",
+                   help="the built-in architectures with random weights (timing where the model "
+                        "packages are not installed)")
 
     e = sub.add_parser("eval", help="evaluation: needles, long-document loss, agreement")
     e.add_argument("what", nargs="?", default="study", help="study | mini")
     e.add_argument("--out-dir", type=Path, default=Path("results"))
     e.add_argument("--models", nargs="+", default=None)
+    e.add_argument("--device", default=None)
+    e.add_argument("--samples", type=int, help="filled-region samples per task and length")
+    e.add_argument("--docs", type=int, help="long documents for loss and agreement")
+    e.add_argument("--lengths", type=int, nargs="+", help="needle prompt lengths to run")
+    e.add_argument("--tasks", nargs="+", help="needle tasks to run")
+    e.add_argument("--loss-length", type=int, help="tokens of each document")
+    e.add_argument("--continuation", type=int, help="exact greedy tokens for agreement / KL")
+    e.add_argument("--instruments", nargs="+", choices=("needle", "loss"))
+    e.add_argument("--seed", type=int)
+    e.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    e.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
 

@@ -106,9 +106,10 @@ class Engine:
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, plan: Plan | None, fill: str = "ridge", *,
-                rescale: str | None = None, rescale_rows: int = 64,
+                rescale: str | None = None, rescale_rows: int = 512,
                 splice: str | None = None, exact_cache: DynamicCache | None = None,
-                skip_unread: bool = True, selector=None, prompt=None) -> Prefill:
+                skip_unread: bool = True, selector=None, prompt=None,
+                all_logits: bool = True) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
         fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
@@ -116,7 +117,8 @@ class Engine:
         rescale: None | "values" | "keys" (paper 2.3), measured on the first ``rescale_rows``
         tail rows. splice: replace filled keys/values/both by those of ``exact_cache``.
         selector: chooses exact prefix rows after the lower layers ran (gpu.select), reading
-        ``prompt``; the chosen rows replace ``plan.exact_rows``.
+        ``prompt``; the chosen rows replace ``plan.exact_rows``. all_logits: logits of every
+        computed row (for scoring loss) or of the last row only (generation, timing).
         """
         if fill not in FILLS:
             raise ValueError(f"fill={fill!r}: choose one of {FILLS}")
@@ -133,10 +135,11 @@ class Engine:
         n = ids.shape[1]
         if fill == "exact" or plan is None or plan.all_exact:
             out = self.model(input_ids=ids, cache=DynamicCache(config=self.model.config),
-                             use_cache=True)
+                             use_cache=True, logits_to_keep=0 if all_logits else 1)
             rows = torch.arange(n, device=ids.device) if plan is None else torch.as_tensor(
                 plan.computed, device=ids.device)
-            return Prefill(out.past_key_values, out.logits[0, rows], rows, plan, "exact",
+            logits = out.logits[0, rows] if all_logits else out.logits[0]
+            return Prefill(out.cache, logits, rows if all_logits else rows[-1:], plan, "exact",
                            seconds=time.perf_counter() - start)
 
         cache = DynamicCache(config=self.model.config)
@@ -154,6 +157,8 @@ class Engine:
         if fill == "none":  # filled rows have no late-layer entry; decoding must not see them
             visible = torch.zeros(n, dtype=torch.bool, device=ids.device)
             visible[computed] = True
+        if not all_logits:
+            h, computed = h[:, -1:], computed[-1:]
         logits = self.adapter.logits(h)[0]
         return Prefill(cache, logits, computed, plan, fill, visible,
                        seconds=time.perf_counter() - start)
@@ -166,7 +171,7 @@ class Engine:
 
     def late(self, x_split: torch.Tensor, h: torch.Tensor, computed: torch.Tensor,
              filled: torch.Tensor, cache: DynamicCache | None, fill: str, *, base: int,
-             rescale: str | None = None, rescale_rows: int = 64, plan: Plan | None = None,
+             rescale: str | None = None, rescale_rows: int = 512, plan: Plan | None = None,
              splice: str | None = None, exact_cache: DynamicCache | None = None,
              visible: torch.Tensor | None = None, received: torch.Tensor | None = None,
              skip_unread: bool = True, split: int | None = None) -> torch.Tensor:
@@ -195,7 +200,8 @@ class Engine:
             norm = ad.input_norm(layer)
             k = x_split.new_zeros(1, ad.config.num_key_value_heads, n_new, ad.attn(layer).head_dim)
             v = torch.zeros_like(k)
-            kc, vc = ad.keys_values(layer, norm(h), cos[:, computed], sin[:, computed])
+            normed = norm(h)
+            kc, vc = ad.keys_values(layer, normed, cos[:, computed], sin[:, computed])
             k[:, :, computed], v[:, :, computed] = kc, vc
             rows_f = filled
             if write_filled and skip_unread and info.window is not None:
@@ -230,7 +236,7 @@ class Engine:
             if write_filled:
                 seen[n_old + rows_f] = True
             allowed &= seen[None, :]
-            q = ad.queries(layer, norm(h), cos[:, computed], sin[:, computed])
+            q = ad.queries(layer, normed, cos[:, computed], sin[:, computed])
             if received is not None:
                 probs = _attention_probs(q, k_all, allowed, ad.scaling(layer))
                 received[-n_keys:] += probs.sum(dim=(0, 1, 2)).float()
@@ -241,8 +247,8 @@ class Engine:
 
     def _rescale(self, layer, split, which, c, x_split, h, computed, tail_start, norm, cos, sin,
                  kf, vf, fill):
-        """Value/key rescale (paper 2.3): per KV head, mean exact norm over mean predicted norm
-        on the first ``c`` tail rows, applied to the filled rows' entries."""
+        """Value/key rescale (paper 2.3): per KV head, the ratio of the exact to the predicted
+        norm averaged over the first ``c`` tail rows, applied to the filled rows' entries."""
         tail_rows = computed[computed >= tail_start][:c]
         take = torch.searchsorted(computed, tail_rows)
         k_ex, v_ex = self.adapter.keys_values(layer, norm(h[:, take]), cos[:, tail_rows],
@@ -250,9 +256,9 @@ class Engine:
         xp = self._predict(layer, split, x_split[:, tail_rows], fill)
         k_pr, v_pr = self.adapter.keys_values(layer, norm(xp), cos[:, tail_rows], sin[:, tail_rows])
         if which == "values":
-            scale = v_ex.norm(dim=-1).mean(-1) / v_pr.norm(dim=-1).mean(-1).clamp_min(1e-12)
+            scale = (v_ex.norm(dim=-1) / v_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
             return kf, vf * scale[..., None, None]
-        scale = k_ex.norm(dim=-1).mean(-1) / k_pr.norm(dim=-1).mean(-1).clamp_min(1e-12)
+        scale = (k_ex.norm(dim=-1) / k_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
         return kf * scale[..., None, None], vf
 
     # ------------------------------------------------------------------ decoding

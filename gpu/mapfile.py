@@ -4,9 +4,10 @@ projector layout), the bias in fp32, and a metadata block that ties the maps to 
 one split."""
 from __future__ import annotations
 
+from . import __version__
+
 import json
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], 
         tensors[f"layers.{layer}.bias"] = torch.from_numpy(np.ascontiguousarray(b, np.float32))
     if unigram is not None:
         tensors["unigram_counts"] = torch.from_numpy(np.asarray(unigram, np.int64))
-    meta = {**meta, "format": FORMAT, "software": f"ridgefill {version('ridgefill')}",
+    meta = {**meta, "format": FORMAT, "software": f"ridgefill {__version__}",
             "layers": sorted(int(k) for k in maps)}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={"ridgefill": json.dumps(meta, sort_keys=True)})

@@ -135,3 +135,21 @@ def load(name_or_path: str, device: str | torch.device | None = None,
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     return Loaded(model, tokenizer, name, path)
+
+
+def random_model(name: str, device=None, dtype: torch.dtype | None = None, seed: int = 0) -> Loaded:
+    """A built-in model's architecture (gpu/configs/<name>.json) with seeded random weights and
+    no tokenizer: for timing where the weights cannot be installed (times do not depend on
+    the weights' values; quality numbers never come from this)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if name not in BUILTINS:
+        raise ValueError(f"unknown model {name!r}: built-in names are {', '.join(sorted(BUILTINS))}")
+    path = Path(__file__).parent / "configs" / f"{name}.json"
+    config = AutoConfig.for_model(**json.loads(path.read_text()))
+    device = torch.device(device) if device is not None else default_device()
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
+    return Loaded(model, None, f"{name} (random weights)", path)

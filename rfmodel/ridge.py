@@ -164,7 +164,13 @@ class RidgeMoments:
     def solve(self, lam: float) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Ridge maps ``{layer: (A (d_out, d_in), b (d_out,))}`` with penalty lam (§2.2), via
         ``rfmath.ridge.solve_moments``; call again with another lam without a new pass."""
-        return {layer: solve_moments(*self.moments(layer), lam) for layer in self.d_outs}
+        layers = list(self.d_outs)
+        parts = [self.moments(layer) for layer in layers]
+        xtx_c, _, mu_x, _ = parts[0]  # X^T X is shared by every layer: one factorization
+        A, b = solve_moments(xtx_c, np.concatenate([p[1] for p in parts], axis=1), mu_x,
+                             np.concatenate([p[3] for p in parts]), lam)
+        bounds = np.cumsum([0] + [self.d_outs[layer] for layer in layers])
+        return {layer: (A[lo:hi], b[lo:hi]) for layer, lo, hi in zip(layers, bounds[:-1], bounds[1:])}
 
     # ---------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -1,0 +1,226 @@
+"""``ridgefill bench`` (``make bench``): time to first token, exact vs RidgeFill, alternating in
+one process on the same prompts, against the ceilings of paper section 2.5.
+
+Per model and prompt length: one warm-up of each arm, then ``repeats`` rounds of (exact,
+RidgeFill, RidgeFill + exact rows) timed back to back; the median of each and the ratio of
+medians. Beside it, 1/r and the multiply-accumulate ceiling (rfmath.cost), the peak resident
+memory of each arm over its baseline, the maps' size, and the cost of one exact prefix row
+(sigma and kappa of Appendix H) with the break-even row count.
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rfmath.cost import break_even_rows, exact_row_cost, exact_share, speedup_ceiling
+
+from . import corpus, models
+from .api import RidgeFill
+from .archspec import arch_of
+from .atomic import atomic_path, write_json
+from .mapfile import MapSet, load_maps
+from .select import RandomRows
+
+SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
+    "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
+    "gemma3-270m": (7, 1024, (4096, 8192)),
+}
+ROW_SHARE = 0.05   # exact prefix rows for the sigma / kappa measurement
+
+
+class PeakMemory:
+    """Peak resident memory (CPU: RSS sampled every 2 ms; CUDA: the allocator's peak)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    @staticmethod
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base, self.peak, self.stop = self.rss(), self.rss(), False
+            self.thread = threading.Thread(target=self._poll, daemon=True)
+            self.thread.start()
+        return self
+
+    def _poll(self):
+        while not self.stop:
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.extra = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.stop = True
+            self.thread.join()
+            self.extra = max(self.peak, self.rss()) - self.base
+
+
+def fitted_or_shaped_maps(loaded: models.Loaded, split: int) -> tuple[MapSet, str]:
+    """The cached fitted maps for (model, split) if any, else random maps of the same shape:
+    timing does not depend on the maps' values (said so in the output)."""
+    path = models.cache_dir() / "maps" / f"{loaded.name}-s{split}.safetensors"
+    kw = dict(dtype=loaded.model.dtype, device=loaded.model.device)
+    if path.exists() and loaded.tokenizer is not None:
+        return load_maps(path, fingerprint=loaded.fingerprint(), split=split, **kw), str(path)
+    d = loaded.model.config.hidden_size
+    g = torch.Generator().manual_seed(0)
+    tensors = {}
+    for layer in range(split + 1, loaded.n_layers):
+        tensors[f"layers.{layer}.weight_bf16"] = (torch.randn(d, d, generator=g) / d**0.5).bfloat16()
+        tensors[f"layers.{layer}.bias"] = torch.zeros(d)
+    meta = {"layers": list(range(split + 1, loaded.n_layers)), "d_in": d, "d_out": d}
+    return MapSet(split, meta, tensors, **kw), "random maps of the fitted shape (timing only)"
+
+
+def prompt_ids(loaded: models.Loaded, n: int) -> torch.Tensor:
+    if loaded.tokenizer is None:  # random weights: random tokens
+        g = torch.Generator().manual_seed(n)
+        return torch.randint(0, loaded.model.config.vocab_size, (1, n), generator=g)
+    text = corpus.haystack_text(n * corpus.CHARS_PER_TOKEN * 2, seed=1)
+    ids = loaded.tokenizer(text, return_tensors="pt").input_ids[:, :n]
+    if ids.shape[1] < n:
+        raise RuntimeError(f"haystack too short for {n} tokens")
+    return ids
+
+
+def _timed(fn, device) -> tuple[float, float]:
+    with PeakMemory(device) as mem:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        pre = fn()
+        int(pre.last_logits.argmax())            # the first token
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t
+    return seconds, mem.extra
+
+
+def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False) -> list[dict]:
+    loaded = (models.random_model(name, device) if random_weights
+              else models.load(name, device=device))
+    split, tail, default_lengths = SETTINGS.get(name, (round(3 * loaded.n_layers / 8), 1024, (4096,)))
+    maps, maps_source = fitted_or_shaped_maps(loaded, split)
+    loaded.name = name
+    arch = arch_of(loaded.model.config)
+    L = loaded.n_layers
+    exact = RidgeFill(loaded, None, fill="exact", tail=tail)
+    rf = RidgeFill(loaded, maps, tail=tail)
+    out = []
+    for n in lengths or default_lengths:
+        ids = prompt_ids(loaded, n)
+        plan = rf.plan(n)
+        e1 = int(ROW_SHARE * plan.n_prefix)
+        rows = RandomRows(count=e1, seed=0)
+        arms = {
+            "exact": lambda: exact.engine.prefill(ids, None, "exact", all_logits=False),
+            "ridgefill": lambda: rf.engine.prefill(ids, plan, "ridge", all_logits=False),
+            "ridgefill+rows": lambda: rf.engine.prefill(ids, plan, "ridge", all_logits=False,
+                                                        selector=rows, prompt=None),
+        }
+        for fn in arms.values():                 # one warm-up each
+            fn()
+        times = {k: [] for k in arms}
+        mem = {k: [] for k in arms}
+        for _ in range(repeats):                 # alternate in the same process
+            for k, fn in arms.items():
+                s, m = _timed(fn, loaded.model.device)
+                times[k].append(s)
+                mem[k].append(m)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        sigma = exact_row_cost(med["ridgefill"], med["ridgefill+rows"], e1) if e1 else float("nan")
+        late_row = med["exact"] * (L - split) / L / n     # an exact row's late-layer time
+        rec = {
+            "model": name, "weights": "random (timing only)" if loaded.tokenizer is None
+            else "real", "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
+            "n": n, "split": split, "tail": tail, "exact_prefix_rows": 0, "repeats": repeats,
+            "maps": maps_source, "maps_bytes": maps.nbytes(),
+            "median_seconds": med, "seconds": times,
+            "speedup": med["exact"] / med["ridgefill"],
+            "ceiling_one_over_r": 1 / exact_share(split, L, tail, n),
+            "ceiling_macs": speedup_ceiling(arch, n, split, tail, E=0, arm="ridgefill"),
+            "peak_extra_bytes": {k: int(max(v)) for k, v in mem.items()},
+            "rows_probe": {"E1": e1, "sigma_seconds": sigma,
+                           "kappa": sigma / late_row if e1 else float("nan"),
+                           "break_even_rows": (max(break_even_rows(med["exact"], med["ridgefill"],
+                                                                   sigma), 0)
+                                               if e1 and sigma > 0 and med["exact"] > med["ridgefill"]
+                                               else 0),
+                           "speedup_with_rows": med["exact"] / med["ridgefill+rows"],
+                           "ceiling_macs_with_rows": speedup_ceiling(arch, n, split, tail, E=e1,
+                                                                     arm="ridgefill")},
+        }
+        rec["share_of_mac_ceiling"] = rec["speedup"] / rec["ceiling_macs"]
+        out.append(rec)
+        print(_line(rec), flush=True)
+    return out
+
+
+def _line(r: dict) -> str:
+    mb = 1 / 2**20
+    return (f"{r['model']:13} N={r['n']:5} S={r['split']} T={r['tail']} E=0: exact "
+            f"{r['median_seconds']['exact']:.2f}s RidgeFill {r['median_seconds']['ridgefill']:.2f}s "
+            f"-> {r['speedup']:.2f}x (MAC ceiling {r['ceiling_macs']:.2f}x = "
+            f"{100 * r['share_of_mac_ceiling']:.0f}%, 1/r {r['ceiling_one_over_r']:.2f}x); "
+            f"peak +{r['peak_extra_bytes']['ridgefill'] * mb:.0f} MiB vs exact "
+            f"+{r['peak_extra_bytes']['exact'] * mb:.0f} MiB, maps {r['maps_bytes'] * mb:.0f} MiB; "
+            f"{r['rows_probe']['E1']} exact rows: sigma {1e3 * r['rows_probe']['sigma_seconds']:.2f} ms"
+            f", kappa {r['rows_probe']['kappa']:.1f}, break-even {r['rows_probe']['break_even_rows']}")
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['model']}\n{r['n'] // 1024}K" for r in records]
+    x = np.arange(len(records))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(records)), 4))
+    ax.bar(x - 0.27, [r["speedup"] for r in records], 0.27, label="measured (median ratio)")
+    ax.bar(x, [r["ceiling_macs"] for r in records], 0.27, label="multiply-accumulate ceiling")
+    ax.bar(x + 0.27, [r["ceiling_one_over_r"] for r in records], 0.27, label="1/r")
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("speedup of time to first token")
+    ax.set_title(f"RidgeFill vs exact prefill ({records[0]['device']}, no exact prefix rows)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def run(args) -> int:
+    if args.kernels:
+        from rfmodel.bench import run_kernel_bench
+        run_kernel_bench()
+    records = []
+    for name in args.models:
+        records += bench_model(name, args.lengths, args.repeats, args.device, args.random_weights)
+    dev = records[0]["device"].split(":")[0]
+    out = Path(args.out_dir) / dev
+    info = {"command": "ridgefill bench " + " ".join(args.models), "machine": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
+            "records": records}
+    write_json(out / "bench.json", info)
+    plot(records, out / "bench.png")
+    print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
+    return 0

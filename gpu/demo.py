@@ -1,0 +1,140 @@
+"""``ridgefill demo`` (``make demo``): the method on a real model in a few minutes.
+
+Fits maps on the first run (cached afterwards), builds a long prompt with a needle in the
+filled region, answers it with exact prefill and with RidgeFill, and prints both side by side
+with the rows, time to first token and speedup; writes a PNG of where the rows went and of
+the measured speedup against the ceilings (paper section 2.5).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rfmath.cost import exact_share, speedup_ceiling
+
+from . import corpus, models, tasks
+from .api import RidgeFill
+from .archspec import arch_of
+from .atomic import atomic_path, write_json
+from .fit import FitOptions, fit
+from .mapfile import load_maps
+
+LENGTH = 2048
+TAIL = 512
+ROWS = "lexical"
+
+
+def maps_for(loaded: models.Loaded, split: int, max_tokens: int = 24_000) -> Path:
+    """Cached maps for (model, split), fitted on the built-in calibration text if missing."""
+    path = models.cache_dir() / "maps" / f"{loaded.name}-s{split}.safetensors"
+    if not path.exists():
+        print(f"fitting maps for {loaded.name} at split {split} on the built-in calibration "
+              f"text ({max_tokens} tokens; once, cached in {path})", flush=True)
+        fit(loaded, FitOptions([split], path, max_tokens=max_tokens))
+    return path
+
+
+def needle_prompt(rf: RidgeFill, length: int, seed: int = 0):
+    """A niah_single_1 prompt whose needle lies in the filled prefix."""
+    tok = rf.loaded.tokenizer
+    hay = corpus.haystack_text(length * corpus.CHARS_PER_TOKEN * 2, seed=seed)
+    for index in range(40):
+        s = tasks.make_sample("niah_single_1", length, seed, hay, tok, index=index, reserve=64)
+        p = rf.prompt(s.context, s.question, chat=True)
+        shift = p.text.find(s.context)
+        if tasks.in_filled_region(s, p.spans, p.n, rf.tail, char_shift=shift):
+            return s, p
+    raise RuntimeError("no sample with its needle in the filled region; lengthen the prompt")
+
+
+def plot(out: Path, counts: dict, n: int, rows, measured: float, ceilings: dict) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = np.zeros(n, int)                 # 0 filled, 1 exact prefix, 2 tail
+    colors[rows] = 1
+    colors[n - counts["tail"]:] = 2
+    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 4.2), gridspec_kw={"height_ratios": [1, 2]})
+    cmap = matplotlib.colors.ListedColormap(["#d9b38c", "#c0392b", "#2e86c1"])
+    a.imshow(colors[None], aspect="auto", cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
+    a.set_yticks([])
+    a.set_xlabel("prompt row")
+    a.set_title(f"rows: {counts['filled']} filled (tan), {counts['exact_prefix']} exact prefix "
+                f"(red), {counts['tail']} tail (blue)")
+    names = ["measured", "MAC ceiling", "1/r"]
+    vals = [measured, ceilings["macs"], ceilings["one_over_r"]]
+    b.barh(names, vals, color=["#2e86c1", "#95a5a6", "#bdc3c7"])
+    for i, v in enumerate(vals):
+        b.text(v, i, f" {v:.2f}x", va="center")
+    b.axvline(1.0, color="k", lw=0.8)
+    b.set_xlabel("speedup of time to first token over exact prefill")
+    fig.tight_layout()
+    path = out / "demo.png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(args) -> int:
+    out = Path(args.out_dir)
+    loaded = models.load(args.model, device=args.device)
+    split = round(3 * loaded.n_layers / 8)
+    maps = load_maps(maps_for(loaded, split), fingerprint=loaded.fingerprint(), split=split,
+                     dtype=loaded.model.dtype, device=loaded.model.device)
+    exact = RidgeFill(loaded, None, fill="exact", tail=TAIL)
+    rf = RidgeFill(loaded, maps, tail=TAIL, rows=ROWS)
+    sample, p = needle_prompt(rf, LENGTH)
+    exact.generate(sample.context[:400], sample.question, chat=True, max_new_tokens=1)  # warm-up
+    results = {}
+    for name, runner in (("exact", exact), ("ridgefill", rf)):
+        r = runner.generate(sample.context, sample.question, chat=True, max_new_tokens=24)
+        results[name] = r
+    pre = rf.prefill(p)
+    rows = pre.plan.exact_rows
+    counts = pre.plan.counts()
+    arch = arch_of(loaded.model.config)
+    ceilings = {"one_over_r": 1 / exact_share(split, loaded.n_layers, TAIL, p.n),
+                "macs": speedup_ceiling(arch, p.n, split, TAIL, E=len(rows), arm="ridgefill")}
+    speedup = results["exact"].ttft_seconds / results["ridgefill"].ttft_seconds
+    ex, rr = results["exact"], results["ridgefill"]
+    expected = sample.expected[0]
+    print()
+    print(f"model {loaded.name} ({loaded.n_layers} layers), split {split}, tail {TAIL}, "
+          f"rows {ROWS}; needle {expected!r} at token {_needle_row(sample, p)} of {p.n}")
+    print(f"{'':22}{'exact':>28}  {'RidgeFill':>28}")
+    print(f"{'answer':22}{_short(ex.text):>28}  {_short(rr.text):>28}")
+    print(f"{'needle found':22}{str(expected in ex.text):>28}  {str(expected in rr.text):>28}")
+    print(f"{'prompt tokens':22}{ex.prompt_tokens:>28}  {rr.prompt_tokens:>28}")
+    print(f"{'filled / exact rows':22}{'0 / ' + str(p.n):>28}  "
+          f"{f'{rr.filled} / {rr.exact_prefix} + {rr.tail} tail':>28}")
+    print(f"{'time to first token':22}{ex.ttft_seconds:>27.2f}s  {rr.ttft_seconds:>27.2f}s")
+    print(f"speedup {speedup:.2f}x (ceilings: multiply-accumulate {ceilings['macs']:.2f}x, "
+          f"1/r {ceilings['one_over_r']:.2f}x; one request on a shared machine, see "
+          "`make bench` for paired medians)")
+    png = plot(out, counts, p.n, rows, speedup, ceilings)
+    write_json(out / "demo.json", {"model": loaded.name, "split": split, "tail": TAIL,
+                                   "rows": ROWS, "expected": expected, "speedup": speedup,
+                                   "ceilings": ceilings, "counts": counts,
+                                   "exact": ex.to_dict(), "ridgefill": rr.to_dict()})
+    print(f"wrote {png} and {out / 'demo.json'}")
+    print("\nGo further:")
+    print(f"  ridgefill fit --model {loaded.name} --splits 15 --out maps-s15.safetensors")
+    print(f"  ridgefill generate --model {loaded.name} --maps maps-s15.safetensors --tail 512 "
+          "--rows probe --chat --prompt-file doc.txt --question '...'")
+    print("  make eval     # needles, long-document loss, agreement, controls (hours)")
+    print("  make bench    # time to first token, exact vs RidgeFill, against the ceilings")
+    return 0
+
+
+def _needle_row(sample, p) -> int:
+    shift = p.text.find(sample.context)
+    return tasks.needle_token_positions(sample, p.spans, shift)[0][0]
+
+
+def _short(text: str, width: int = 26) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
