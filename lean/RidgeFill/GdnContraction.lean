@@ -11,11 +11,12 @@ its state with the delta rule
 
   `S_t = g_t (I - β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ`,  `|k_t| = 1`, `0 ≤ β_t ≤ 2`.
 
-The state is read as columns: column `c` of `S` is a vector in key space (`S c : Nat → α`, read
-on its first `n` coordinates), and the write term's column `c` is `β v_c k`. (This is the
-transpose of the `d_v × d_k` layout; transposing changes no norm.) Norms are squared Euclidean
+The state is `d_k × d_v`, as in `rfmath.gating.delta_rule_step`, and is read as columns:
+column `c` of `S` is a vector in key space (`S c : Nat → α`, read on its first `n = d_k`
+coordinates), and the write term's column `c` is `β v_c k`. (The issue writes the write term as
+`β v kᵀ`, the same state transposed; transposing changes no norm.) Norms are squared Euclidean
 norms, of a column (`normSq`) and of the whole state (`frobSq`, the squared Frobenius norm over
-`p` columns).
+`p = d_v` columns).
 
 * `normSq_erase` — `|x - β (k·x) k|² = |x|² - β (2 - β) (k·x)²` when `|k|² = 1`;
 * `normSq_erase_le` — hence `I - β k kᵀ` does not expand any vector when `0 ≤ β ≤ 2`;
@@ -169,7 +170,7 @@ theorem frobSq_deltaStep_le (γ : α) (n p : Nat) (inp : DeltaInput α) (S S' : 
 /-- Two runs that receive the same last `m` inputs, each with gate in `[0, γ]`, `β` in `[0, 2]`
 and a unit key, end with states whose difference has squared norm at most `(γ²)^m = γ^(2m)`
 times that of their difference before those inputs.
-Python: rfmath.gating.contraction_factor
+Python: rfmath.gating.delta_rule_step, rfmath.gating.contraction_factor
 Test: tests/test_rfmath_gating.py::test_delta_rule_contraction -/
 theorem delta_rule_contraction (γ : α) (n p : Nat) (S S' : Nat → Nat → α)
     (inputs : List (DeltaInput α)) (h : allOf (validInput γ n) inputs) :
