@@ -105,8 +105,9 @@ def run(args) -> int:
     print()
     print(f"model {loaded.name} ({loaded.n_layers} layers), split {split}, tail {TAIL}, "
           f"rows {ROWS}; needle {expected!r} at token {_needle_row(sample, p)} of {p.n}")
+    print(f"exact answer:     {_short(ex.text)}")
+    print(f"RidgeFill answer: {_short(rr.text)}")
     print(f"{'':22}{'exact':>28}  {'RidgeFill':>28}")
-    print(f"{'answer':22}{_short(ex.text):>28}  {_short(rr.text):>28}")
     print(f"{'needle found':22}{str(expected in ex.text):>28}  {str(expected in rr.text):>28}")
     print(f"{'prompt tokens':22}{ex.prompt_tokens:>28}  {rr.prompt_tokens:>28}")
     print(f"{'filled / exact rows':22}{'0 / ' + str(p.n):>28}  "
@@ -135,6 +136,6 @@ def _needle_row(sample, p) -> int:
     return tasks.needle_token_positions(sample, p.spans, shift)[0][0]
 
 
-def _short(text: str, width: int = 26) -> str:
+def _short(text: str, width: int = 72) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
