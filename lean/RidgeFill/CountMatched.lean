@@ -237,12 +237,15 @@ theorem one_le_numSubsets (k d : Nat) (l : List α) (h : len l = d + k) : 1 ≤ 
   | nil =>
     cases k with
     | zero => rw [numSubsets_zero]; exact le_refl (1 : α)
-    | succ k => exact Nat.noConfusion h
+    | succ k =>
+      have h0 : 0 = Nat.succ (d + k) := h
+      exact Nat.noConfusion h0
   | cons x xs ih =>
     cases k with
     | zero => rw [numSubsets_zero]; exact le_refl (1 : α)
     | succ k =>
-      have h' : len xs = d + k := Nat.succ.inj h
+      have h1 : Nat.succ (len xs) = Nat.succ (d + k) := h
+      have h' : len xs = d + k := Nat.succ.inj h1
       rw [numSubsets_succ_cons]
       exact le_trans (ih k h') (le_add_of_nonneg_right (natCast_nonneg _))
 
