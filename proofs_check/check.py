@@ -41,6 +41,7 @@ class CheckResult:
     """Everything one run found: the toolchain, each module, each theorem, each problem."""
 
     toolchain: str
+    tc: lean.Toolchain | None = None
     modules: list[lean.ModuleResult] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -93,8 +94,8 @@ def run_check(*, root: Path = ROOT, lean_dir: Path | None = None, manifest: Path
     start = time.perf_counter()
     lean_dir = (lean_dir or root / "lean").resolve()
     theorems = _load_manifest(manifest)
-    tc = lean.find_toolchain(root, toolchain)
-    result = CheckResult(tc.describe() if tc else "none")
+    tc = lean.find_toolchain(root, toolchain, lean_dir)
+    result = CheckResult(tc.describe() if tc else "none", tc)
     problems = result.problems
 
     # Sources: forbidden tokens, declarations, docstring tags.
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"proofs_check: {exc}", file=sys.stderr)
         return 2
-    tc = lean.find_toolchain(ROOT, args.toolchain) if result.toolchain != "none" else None
+    tc = result.tc
     note = ""
     if tc is not None:
         where = tc.folder if tc.folder is not None else tc.lake

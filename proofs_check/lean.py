@@ -218,9 +218,14 @@ class Toolchain:
         return f"Lean {self.version}{commit}"
 
     def env(self, out_dir: Path | None = None) -> dict[str, str]:
+        """The environment for ``lean``: ``LEAN_PATH`` = core library, then ``out_dir``.
+
+        (A toolchain installed by elan finds its own core library; the 2021 one only through
+        ``LEAN_PATH``.)"""
         env = dict(os.environ)
-        if self.kind == "lean" and self.folder is not None:
-            paths = [str(self.folder / "lib" / "lean")] + ([str(out_dir)] if out_dir else [])
+        paths = [str(self.folder / "lib" / "lean")] if self.folder is not None else []
+        paths += [str(out_dir)] if out_dir is not None else []
+        if paths:
             env["LEAN_PATH"] = os.pathsep.join(paths)
         return env
 
@@ -250,11 +255,14 @@ def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None 
                           timeout=timeout, check=False)
 
 
-def _identify(tc: Toolchain) -> Toolchain:
-    """Fill in version and commit from ``lean --version`` (and ``--githash``, the folder name)."""
+def _identify(tc: Toolchain, cwd: Path | None) -> Toolchain:
+    """Fill in version and commit from ``lean --version`` (and ``--githash``, the folder name).
+
+    ``cwd`` is the Lake package, so that elan picks the toolchain its ``lean-toolchain`` pins.
+    """
     cmd = [str(tc.lake), "env", "lean"] if tc.kind == "lake" else [str(tc.lean)]
     try:
-        out = _run(cmd + ["--version"], env=tc.env()).stdout
+        out = _run(cmd + ["--version"], cwd=cwd, env=tc.env()).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
     version = re.search(r"version ([^,)\s]+)", out)
@@ -262,7 +270,7 @@ def _identify(tc: Toolchain) -> Toolchain:
     source = "lean --version"
     if not commit:
         try:
-            githash = _run(cmd + ["--githash"], env=tc.env()).stdout.strip()
+            githash = _run(cmd + ["--githash"], cwd=cwd, env=tc.env()).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             githash = ""
         commit = re.fullmatch(r"([0-9a-f]{7,40})", githash)
@@ -275,14 +283,18 @@ def _identify(tc: Toolchain) -> Toolchain:
                      commit.group(1) if commit else None, source if commit else "")
 
 
-def find_toolchain(root: Path, folder: Path | None = None) -> Toolchain | None:
+def find_toolchain(root: Path, folder: Path | None = None,
+                   lean_dir: Path | None = None) -> Toolchain | None:
     """The toolchain to check with: ``folder`` if given, else ``lake`` on PATH, else
-    ``RIDGEFILL_LEAN``, else the shared 2021 toolchain beside the checkout."""
+    ``RIDGEFILL_LEAN``, else the shared 2021 toolchain beside the checkout (``root`` or any
+    folder above it holding ``shared/toolchains``)."""
+    lean_dir = lean_dir if lean_dir is not None else root / "lean"
     if folder is None:
         lake = shutil.which("lake")
         if lake:
             lean = shutil.which("lean")
-            return _identify(Toolchain("lake", Path(lean or "lean"), None, Path(lake)))
+            return _identify(Toolchain("lake", Path(lean or "lean"), None, Path(lake)),
+                             lean_dir if lean_dir.is_dir() else None)
         env = os.environ.get("RIDGEFILL_LEAN")
         folder = Path(env) if env else shared_toolchain(root)
     if folder is None:
@@ -293,7 +305,7 @@ def find_toolchain(root: Path, folder: Path | None = None) -> Toolchain | None:
             "RIDGEFILL_LEAN (or --toolchain) at a folder laid out like "
             f"shared/toolchains/{SHARED_TOOLCHAIN}."
         )
-    return _identify(Toolchain("lean", folder / "bin" / "lean", folder))
+    return _identify(Toolchain("lean", folder / "bin" / "lean", folder), None)
 
 
 # -------------------------------------------------------------------------------------- builds
@@ -390,27 +402,39 @@ def build_with_lean(tc: Toolchain, lean_dir: Path, out_dir: Path,
 
 
 def build_with_lake(tc: Toolchain, lean_dir: Path) -> tuple[list[str], dict[str, ModuleResult]]:
-    """``lake build`` (every default target), then ``lake env lean`` on each module that prints
-    axioms, to read its ``#print axioms`` output."""
+    """``lake build <lib>`` for each library (``RidgeFill``, ``RatCheck``: the top-level modules),
+    so that one library's failure does not hide the other's result; then ``lake env lean`` on
+    each module that prints axioms, to read its ``#print axioms`` output."""
     mods = module_sources(lean_dir)
     order, _ = import_order(mods)
-    start = time.perf_counter()
-    proc = _run([str(tc.lake), "build"], cwd=lean_dir, env=tc.env(), timeout=3600)
-    output = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        err = _first_error(output)
-        return order, {m: ModuleResult(m, "failed", f"lake build failed: {err}", output)
-                       for m in order}
-    results = {m: ModuleResult(m, "checked", "by lake build", "",
-                               time.perf_counter() - start) for m in order}
+    libs = [m for m in order if "." not in m]
+    lib_of = {m: next((lib for lib in libs if m == lib or m.startswith(lib + ".")), m)
+              for m in order}
+    lib_result: dict[str, tuple[str, str, str, float]] = {}
+    for lib in libs:
+        start = time.perf_counter()
+        try:
+            proc = _run([str(tc.lake), "build", lib], cwd=lean_dir, env=tc.env(), timeout=3600)
+            output, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired:
+            output, rc = "lake build timed out after 3600 s", -1
+        seconds = time.perf_counter() - start
+        if rc == 0:
+            lib_result[lib] = ("checked", f"by lake build {lib}", output, seconds)
+        else:
+            lib_result[lib] = ("failed", f"lake build {lib}: {_first_error(output)}", output,
+                               seconds)
+    results: dict[str, ModuleResult] = {}
     for m in order:
-        if "#print axioms" in mods[m].read_text(encoding="utf-8"):
+        status, detail, output, seconds = lib_result.get(lib_of[m], ("failed", "no library",
+                                                                     "", 0.0))
+        results[m] = ModuleResult(m, status, detail, output, seconds if m == lib_of[m] else 0.0)
+        if status == "checked" and "#print axioms" in mods[m].read_text(encoding="utf-8"):
             rel = mods[m].relative_to(lean_dir)
             proc = _run([str(tc.lake), "env", "lean", str(rel)], cwd=lean_dir, env=tc.env(),
                         timeout=MODULE_TIMEOUT_S)
             out = proc.stdout + proc.stderr
-            results[m].output = out
-            results[m].axioms = printed_axioms(out)
+            results[m].output, results[m].axioms = out, printed_axioms(out)
             if proc.returncode != 0:
                 results[m].status, results[m].detail = "failed", _first_error(out)
     return order, results
