@@ -1,0 +1,475 @@
+"""``ridgefill eval``: the evaluation harness and the reference study (paper sections 3, 6).
+
+Instruments (gpu.instruments): filled-region needle retrieval (RULER-style tasks, only the
+samples whose needles all lie in the prefix, one fixed sample set per model shared by every
+arm), long-document loss (per-document Delta NLL against exact on novel and key tokens of
+the same final stretch inside every arm's tail), agreement (greedy agreement and
+KL(exact || arm) over exact's greedy continuation, fed one token at a time), splices (exact
+keys / values / both) and, beside every selected-rows arm, its controls (count-matched
+random rows, the same count added to the tail, the question hidden from the selector).
+Intervals and the report: gpu.report.
+
+Every measurement is appended to ``<out>/<model>/records.jsonl`` as it finishes
+(gpu.journal); a rerun skips what is there and only aggregates again. Maps are fitted once
+with gpu.fit on the built-in calibration set and cached under ``<out>/<model>/maps``.
+
+``ridgefill eval study`` runs the grid of issue 5 (``make eval``); ``ridgefill eval mini``
+runs every instrument once on a tiny random Llama with a tokenizer trained on synthetic text
+(for CI, well under two minutes on two cores).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from . import corpus, instruments as ins, models
+from . import prompt as prompts
+from . import tasks
+from .instruments import Arm, Session
+from .journal import Journal
+from .masks import novel_token_mask
+
+SPLICES = ("keys", "values", "both")
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class EvalConfig:
+    """One model's grid. ``splits[0]`` is the primary split (3/8 of depth)."""
+
+    model: str
+    splits: tuple[int, ...]
+    tail: int
+    needles: dict[int, tuple[str, ...]]       # prompt length -> tasks
+    samples: int = 20                          # filled-region samples per task and length
+    docs: int = 24                             # long documents for loss and agreement
+    loss_length: int = 4096                    # tokens of each document used
+    score_tokens: int = 256                    # the scored final stretch (inside the tail)
+    continuation: int = 32                     # exact greedy tokens for agreement / KL
+    answer_tokens: tuple[int, int] = (12, 9)   # new tokens per answer: a + b per value asked
+    chat: bool = True                          # chat template (instruct models)
+    answer_prefix: bool = True                 # RULER's answer prefix ends the prompt
+    seed: int = 0
+    calib_tokens: int = 40_000
+    max_draws: int = 25                        # candidates drawn per wanted sample, at most
+    instruments: tuple[str, ...] = ("needle", "loss")
+    minimum: dict = field(default_factory=lambda: {"samples": 20, "docs": 24, "domains": 4})
+
+    @property
+    def key_window(self) -> int:
+        """W: key tokens compare exact loss with the context cut to the last W tokens before
+        the scored stretch, which removes the whole prefix (the cut run is the tail)."""
+        return self.tail - self.score_tokens
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["needles"] = {str(k): list(v) for k, v in self.needles.items()}
+        d["key_window"] = self.key_window
+        return d
+
+
+def depth(fraction: float, n_layers: int) -> int:
+    return int(round(fraction * n_layers))
+
+
+def study_config(model: str, n_layers: int) -> EvalConfig:
+    """The grid of issue 5 for the built-in models (any other model: smollm2's shape)."""
+    if model == "gemma3-270m":  # base model, QK-norm: completion prompts, tail 1,024
+        return EvalConfig(model, (depth(3 / 8, n_layers),), 1024,
+                          {4096: tasks.TASKS, 8192: tasks.TASKS}, loss_length=8192,
+                          score_tokens=512, chat=False)
+    return EvalConfig(model, (depth(3 / 8, n_layers), depth(1 / 2, n_layers)), 512,
+                      {2048: tasks.TASKS, 4096: tasks.TASKS, 8192: ("niah_single_1",)},
+                      loss_length=4096, score_tokens=256, chat=True)
+
+
+def study_arms(cfg: EvalConfig, n_layers: int) -> list[Arm]:
+    """Every arm at the primary split (controls beside each selected-rows arm, splices),
+    exact / identity / RidgeFill at the others; in run order (a selection before the
+    controls that copy its count)."""
+    S, T = cfg.splits[0], cfg.tail
+    pop = n_layers - n_layers // 3
+    arms = [Arm("exact", "exact", label="exact"),
+            Arm(f"nofill@{S}", "none", S, T, label="no fill"),
+            Arm(f"identity@{S}", "identity", S, T, label="identity (POP's fill)"),
+            Arm(f"pop@{pop}", "identity", pop, 1, label="POP native"),
+            Arm(f"ridge@{S}", "ridge", S, T, label="RidgeFill")]
+    for rows, what in (("attention", "attention rows"), ("probe", "probe rows")):
+        base = f"ridge+{rows}@{S}"
+        arms += [Arm(base, "ridge", S, T, rows, label=f"RidgeFill + {what}"),
+                 Arm(f"{base}/random", "ridge", S, T, rows, control="random", of=base,
+                     label=f"  control: random rows, count of {what}"),
+                 Arm(f"{base}/tail", "ridge", S, T, rows, control="tail", of=base,
+                     label=f"  control: same count added to the tail"),
+                 Arm(f"{base}/blind", "ridge", S, T, rows, blind=True,
+                     label=f"  control: {what}, question hidden")]
+    arms += [Arm(f"ridge@{S}/splice-{w}", "ridge", S, T, splice=w, label=f"RidgeFill, exact {w}")
+             for w in SPLICES]
+    for s in cfg.splits[1:]:
+        arms += [Arm(f"identity@{s}", "identity", s, T, label="identity (POP's fill)"),
+                 Arm(f"ridge@{s}", "ridge", s, T, label="RidgeFill")]
+    return arms
+
+
+def _sig(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------------------- texts
+class CorpusTexts:
+    """The installed texts: eval-role haystacks and whole eval-role documents."""
+
+    name = "builtin"
+
+    def haystack(self, min_chars: int, seed: int) -> str:
+        return corpus.haystack_text(min_chars, seed)
+
+    def documents(self, min_chars: int) -> list[corpus.Document]:
+        return corpus.eval_documents(chunked=False, min_chars=min_chars)
+
+
+def pick_documents(docs, n: int, seed: int, tok, length: int) -> list:
+    """``n`` documents of at least ``length`` tokens, dealt round-robin across domains in a
+    seeded order, so any prefix of the list mixes the domains."""
+    by_domain: dict[str, list] = {}
+    for d in sorted(docs, key=lambda d: hashlib.sha256(f"{seed}:{d.doc_id}".encode()).hexdigest()):
+        by_domain.setdefault(d.domain, []).append(d)
+    queues = [by_domain[k] for k in sorted(by_domain)]
+    out = []
+    while len(out) < n and any(queues):
+        for q in queues:
+            while q and len(out) < n:
+                d = q.pop(0)
+                if len(tok(d.text[: length * 12], add_special_tokens=False).input_ids) >= length:
+                    out.append(d)
+                    break
+    return out
+
+
+# ----------------------------------------------------------------------------- units
+@dataclass
+class Unit:
+    """One needle sample or one document, tokenized once for every arm."""
+
+    kind: str
+    id: str
+    prompt: prompts.Prompt
+    sig: str
+    stratum: str
+    seed: int = 0
+    expected: list = field(default_factory=list)
+    needle_rows: list = field(default_factory=list)
+    max_new_tokens: int = 0
+    start: int = 0
+    meta: dict = field(default_factory=dict)
+
+
+def _overhead(tok, chat: bool) -> int:
+    longest = "The special magic numbers for wandering-umbrella, " * 3 + "mentioned in the text are"
+    return prompts.build(tok, "x", "x", chat=chat, answer_prefix=longest).n + 8
+
+
+def _sample(tok, cfg: EvalConfig, task: str, length: int, hay: str, index: int, reserve: int):
+    """Sample ``index`` and its rendered prompt, at most ``length`` tokens with the template
+    and the answer prefix (the haystack shrinks when they take more than ``reserve``; the
+    sample's needles, keys and depths depend on its seed and index alone)."""
+    for _ in range(3):
+        s = tasks.make_sample(task, length, cfg.seed, hay, tok, index=index, reserve=reserve)
+        p = prompts.build(tok, s.context, s.question, chat=cfg.chat,
+                          answer_prefix=s.answer_prefix if cfg.answer_prefix else "")
+        if p.n <= length:
+            break
+        reserve += p.n - length + 2
+    return s, p
+
+
+def needle_units(tok, cfg: EvalConfig, texts, stats: dict) -> list[Unit]:
+    """The fixed filled-region sample set: for each task and length, the first
+    ``cfg.samples`` seeded samples whose needles all lie before the exact tail."""
+    units: dict[tuple, Unit] = {}
+    reserve = _overhead(tok, cfg.chat)
+    for length, names in sorted(cfg.needles.items()):
+        hay = texts.haystack(length * 8, cfg.seed)
+        for task in names:
+            got, i = 0, 0
+            while got < cfg.samples and i < cfg.samples * cfg.max_draws:
+                s, p = _sample(tok, cfg, task, length, hay, i, reserve)
+                i += 1
+                shift = p.text.find(s.context)
+                if p.n > length or not tasks.in_filled_region(s, p.spans, p.n, cfg.tail, shift):
+                    continue
+                rows = sorted({r for pos in tasks.needle_token_positions(s, p.spans, shift)
+                               for r in pos})
+                units[(length, got, task)] = Unit(
+                    "needle", f"{task}/{length}/{s.index}", p, _sig(p.ids[0].tolist(), s.expected),
+                    f"{task}/{length}", s.seed, s.expected, rows,
+                    cfg.answer_tokens[0] + cfg.answer_tokens[1] * len(s.expected), meta={"task": task, "length": length})
+                got += 1
+            stats[f"{task}/{length}"] = {"kept": got, "drawn": i}
+    return [units[k] for k in sorted(units)]  # by length, then index, then task
+
+
+def doc_units(tok, cfg: EvalConfig, texts, stats: dict) -> list[Unit]:
+    """``cfg.docs`` documents cut to their first ``loss_length`` tokens (BOS kept); the
+    last ``score_tokens`` are scored; selectors read the rows before that stretch."""
+    N, s = cfg.loss_length, cfg.score_tokens
+    docs = pick_documents(texts.documents(N * 3), cfg.docs, cfg.seed, tok, N)
+    out = []
+    for d in docs:
+        p = prompts.build(tok, d.text[: N * 12])
+        if p.n < N:
+            continue
+        cut = prompts.Prompt(p.ids[:, :N], p.text, p.spans[:N], p.pieces[:N],
+                             p.special[p.special < N], N - s)
+        out.append(Unit("doc", d.doc_id, cut, _sig(cut.ids[0].tolist()), d.domain,
+                        start=N - s, meta={"domain": d.domain}))
+    stats["docs"] = {"kept": len(out), "domains": sorted({u.stratum for u in out})}
+    return out
+
+
+# ----------------------------------------------------------------------------- running
+def _key(unit: Unit, arm: Arm, extra) -> str:
+    return f"{unit.kind}|{unit.id}|{arm.name}|{_sig(arm.spec(), unit.sig, extra)}"
+
+
+def run_needles(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm],
+                fingerprint: str, progress: bool = True) -> int:
+    """Every arm on every needle sample; returns how many records were measured now."""
+    done = 0
+    bar = tqdm(total=len(units) * len(arms), desc=f"{sess.loaded.name} needles", unit="run",
+               disable=not progress, dynamic_ncols=True)
+    for u in units:
+        counts: dict[str, int] = {}
+        exact_cache = None
+        for arm in arms:
+            key = _key(u, arm, [fingerprint, u.max_new_tokens])
+            rec = journal.get(key)
+            if rec is None:
+                if arm.splice and exact_cache is None:
+                    exact_cache = sess.exact(u.prompt.ids, 1).cache
+                r, pre = ins.needle(sess, arm, u.prompt, u.expected, u.needle_rows,
+                                    max_new_tokens=u.max_new_tokens, count=counts.get(arm.of, 0),
+                                    seed=u.seed, exact_cache=exact_cache)
+                if arm.fill == "exact":
+                    exact_cache = pre.cache
+                rec = journal.add({"key": key, "instrument": "needle", "unit": u.id,
+                                   "stratum": u.stratum, "arm": arm.name, **u.meta, **r})
+                done += 1
+            counts[arm.name] = int(rec["exact_prefix"])
+            bar.update()
+    bar.close()
+    return done
+
+
+def run_docs(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm], cfg: EvalConfig,
+             fingerprint: str, progress: bool = True) -> int:
+    """Loss and agreement of every arm on every document."""
+    done = 0
+    arms = [a for a in arms if not a.blind]  # no question in a document
+    bar = tqdm(total=len(units) * len(arms), desc=f"{sess.loaded.name} documents", unit="run",
+               disable=not progress, dynamic_ncols=True)
+    extra = [fingerprint, cfg.score_tokens, cfg.key_window, cfg.continuation]
+    for u in units:
+        keys = {a.name: _key(u, a, extra) for a in arms}
+        if all(k in journal for k in keys.values()):
+            bar.update(len(arms))
+            continue
+        ids, start = u.prompt.ids, u.start
+        need = u.prompt.n - start + 1
+        exact_key = keys["exact"]
+        rec = journal.get(exact_key)
+        t0 = time.perf_counter()
+        pre = sess.exact(ids, need)  # the exact arm: its cache serves the splices
+        engine = sess.engine(None)
+        if rec is None:
+            cont, ex_logits = greedy_or_empty(engine, pre, cfg.continuation)
+            nll = ins.stretch_nll(pre, ids, start)
+            rec = journal.add({
+                "key": exact_key, "instrument": "loss", "unit": u.id, "stratum": u.stratum,
+                "arm": "exact", **u.meta, "n": u.prompt.n, "start": start,
+                "nll": [round(float(x), 5) for x in nll],
+                "nll_cut": [round(float(x), 5) for x in ins.cut_nll(sess, ids, start, cfg.key_window)],
+                "novel": novel_token_mask(ids[0], start).astype(int).tolist(),
+                "continuation": cont, "filled": 0, "exact_prefix": 0, "tail": u.prompt.n,
+                "macs_share": 1.0, "seconds": time.perf_counter() - t0})
+            done += 1
+        else:
+            cont = rec["continuation"]
+            ex_logits = ins.step_logits(engine, pre, cont) if cont else None
+        counts: dict[str, int] = {}
+        for arm in arms:
+            if arm.fill != "exact":
+                r = journal.get(keys[arm.name])
+                if r is None:
+                    r, _ = ins.loss(sess, arm, u.prompt, start, continuation=cont,
+                                    exact_logits=ex_logits, count=counts.get(arm.of, 0),
+                                    seed=u.seed, exact_cache=pre.cache, native_tail=True)
+                    r = journal.add({"key": keys[arm.name], "instrument": "loss", "unit": u.id,
+                                     "stratum": u.stratum, "arm": arm.name, **u.meta, **r})
+                    done += 1
+                counts[arm.name] = int(r["exact_prefix"])
+            bar.update()
+    bar.close()
+    return done
+
+
+def greedy_or_empty(engine, pre, steps: int):
+    if steps <= 0:
+        return [], None
+    return ins.greedy(engine, pre, steps)
+
+
+# ----------------------------------------------------------------------------- maps
+def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
+                progress: bool = True, **fit_kw) -> dict[int, object]:
+    """Maps for every split of ``cfg``: fitted once with gpu.fit, cached in ``root/maps``."""
+    from .fit import FitOptions, fit, output_path
+    from .mapfile import load_maps
+
+    mdir = root / "maps"
+    mdir.mkdir(parents=True, exist_ok=True)
+    (mdir / ".gitignore").write_text("*\n")  # map files are large and rebuilt on demand
+    out = mdir / f"maps-{_sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}.safetensors"
+    splits = sorted(cfg.splits)
+    paths = {s: output_path(out, s, len(splits)) for s in splits}
+    maps = {}
+    for attempt in range(2):
+        try:
+            for s, p in paths.items():
+                maps[s] = load_maps(p, fingerprint=loaded.fingerprint(), split=s,
+                                    dtype=loaded.model.dtype, device=loaded.model.device)
+            return maps
+        except (FileNotFoundError, ValueError):
+            if attempt:
+                raise
+            opts = FitOptions(splits, out, calib, max_tokens=cfg.calib_tokens, seed=cfg.seed,
+                              **fit_kw)
+            fit(loaded, opts, progress=progress)
+    return maps
+
+
+# ----------------------------------------------------------------------------- one model
+def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
+                   command: str = "", progress: bool = True, fit_kw: dict | None = None,
+                   calib: str = "builtin", preset: EvalConfig | None = None) -> dict:
+    """Run (or resume) one model's grid and write its report; returns the report dict."""
+    from . import report
+
+    started = time.time()
+    root = out_dir / loaded.name
+    root.mkdir(parents=True, exist_ok=True)
+    journal = Journal(root / "records.jsonl")
+    if maps is None:
+        maps = ensure_maps(loaded, cfg, root, calib, progress, **(fit_kw or {}))
+    fingerprint = _sig(loaded.fingerprint(), {s: m.meta.get("lambda") for s, m in maps.items()},
+                       cfg.chat, cfg.answer_prefix)
+    sess = Session(loaded, maps)
+    arms = study_arms(cfg, loaded.n_layers)
+    stats: dict = {}
+    needles = needle_units(loaded.tokenizer, cfg, texts, stats) if "needle" in cfg.instruments else []
+    docs = doc_units(loaded.tokenizer, cfg, texts, stats) if "loss" in cfg.instruments else []
+    before, finished = len(journal), False
+    try:
+        with torch.inference_mode():
+            if needles:
+                run_needles(sess, journal, needles, arms, fingerprint, progress)
+            if docs:
+                run_docs(sess, journal, docs, arms, cfg, fingerprint, progress)
+        finished = True
+    finally:  # an interrupted session's time counts too
+        journal.add({"key": f"session|{started:.3f}", "instrument": "session",
+                     "command": command, "started": started, "finished": finished,
+                     "wall_seconds": time.time() - started, "measured": len(journal) - before})
+    keys_now = {_key(u, a, [fingerprint, u.max_new_tokens]) for u in needles for a in arms}
+    extra = [fingerprint, cfg.score_tokens, cfg.key_window, cfg.continuation]
+    keys_now |= {_key(u, a, extra) for u in docs for a in arms if not a.blind}
+    records = [r for r in journal.records() if r["key"] in keys_now or r["instrument"] == "session"]
+    meta = {"model": loaded.name, "n_layers": loaded.n_layers, "config": cfg.to_dict(),
+            "arms": [{**a.spec(), "label": a.label} for a in arms], "texts": texts.name,
+            "sample_sets": stats, "command": command, "fingerprint": loaded.fingerprint(),
+            "qk_norm": hasattr(sess.engine(None).adapter.attn(0), "q_norm"),
+            "maps": {str(s): {"lambda": m.meta.get("lambda"),
+                              "calibration_rows": m.meta.get("calibration", {}).get("rows")}
+                     for s, m in maps.items()},
+            "preset": preset.to_dict() if preset is not None else None,
+            "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
+            "torch_threads": torch.get_num_threads()}
+    return report.write(root, records, meta)
+
+
+# ----------------------------------------------------------------------------- mini
+def run_mini(out_dir: Path, progress: bool = True) -> dict:
+    """Every instrument once on a tiny random Llama (see gpu.minimodel)."""
+    from . import minimodel
+
+    root = out_dir
+    model_dir = minimodel.build(root / "tiny-llama")
+    loaded = models.load(str(model_dir), device="cpu", dtype=torch.float32)
+    texts = minimodel.SyntheticTexts()
+    calib = minimodel.write_calibration(root / "calib")
+    cfg = EvalConfig(loaded.name, (3, 4), 160, {512: tasks.TASKS}, samples=1, docs=2,
+                     loss_length=256, score_tokens=24, continuation=4, chat=True,
+                     answer_tokens=(2, 2),
+                     calib_tokens=3000, minimum={"samples": 1, "docs": 2, "domains": 2})
+    fit_kw = {"lambdas": (1e-3, 1e-1), "doc_tokens": 512, "heldout_docs": 1,
+              "heldout_tokens": 256}
+    return evaluate_model(loaded, cfg, root, texts, command=" ".join(sys.argv),
+                          progress=progress, fit_kw=fit_kw, calib=str(calib))
+
+
+# ----------------------------------------------------------------------------- CLI
+def _override(cfg: EvalConfig, args) -> EvalConfig:
+    kw = {}
+    if getattr(args, "samples", None):
+        kw["samples"] = args.samples
+    if getattr(args, "docs", None) is not None:
+        kw["docs"] = args.docs
+    if getattr(args, "lengths", None):
+        keep = {n: t for n, t in cfg.needles.items() if n in args.lengths}
+        kw["needles"] = keep or {n: tasks.TASKS for n in args.lengths}
+    if getattr(args, "tasks", None):
+        base = kw.get("needles", cfg.needles)
+        kw["needles"] = {n: tuple(t for t in ts if t in args.tasks) for n, ts in base.items()}
+        kw["needles"] = {n: ts for n, ts in kw["needles"].items() if ts}
+    if getattr(args, "loss_length", None):
+        kw["loss_length"] = args.loss_length
+    if getattr(args, "continuation", None) is not None:
+        kw["continuation"] = args.continuation
+    if getattr(args, "instruments", None):
+        kw["instruments"] = tuple(args.instruments)
+    if getattr(args, "seed", None) is not None:
+        kw["seed"] = args.seed
+    return replace(cfg, **kw)
+
+
+def run(args) -> int:
+    what = getattr(args, "what", "study") or "study"
+    progress = not getattr(args, "quiet", False)
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)  # on a shared CPU, 1 thread is often fastest
+    if what == "mini":
+        out = Path(args.out_dir) if str(args.out_dir) != "results" else Path("out/eval-mini")
+        rep = run_mini(out, progress)
+        print(f"mini eval: {rep['counts']['records']} records -> {out / rep['model']}/report.md")
+        return 0
+    if what != "study":
+        raise ValueError(f"ridgefill eval {what!r}: choose 'study' or 'mini'")
+    names = args.models or ["smollm2-135m", "gemma3-270m"]
+    command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval study"
+    for name in names:
+        loaded = models.load(name, device=getattr(args, "device", None))
+        preset = study_config(loaded.name, loaded.n_layers)
+        cfg = _override(preset, args)
+        rep = evaluate_model(loaded, cfg, Path(args.out_dir), CorpusTexts(), command=command,
+                             progress=progress, preset=preset)
+        print(f"{name}: {rep['counts']['records']} records"
+              f"{' (PARTIAL)' if rep['partial'] else ''} -> {Path(args.out_dir) / name}/report.md")
+    return 0

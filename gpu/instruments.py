@@ -1,0 +1,276 @@
+"""The evaluation's measurements of one prompt under one arm (paper sections 3.1 and 3.3).
+
+An :class:`Arm` says how the late layers treat the prefix (paper Table 3: exact, no fill,
+identity, RidgeFill; POP native is the identity fill at POP's own split with a one-token
+tail), which exact prefix rows it keeps (a selector of gpu.select, or a control
+count-matched to another arm's selection: random rows, or the same count added to the
+tail), and whether a splice replaces the filled keys / values with exact ones.
+
+Instruments:
+
+* :func:`needle` - prefill a needle prompt, decode greedily, score like RULER.
+* :func:`loss` - per-token NLL of the scored stretch (the document's last tokens, inside
+  every arm's exact tail) and, continuing the same cache, greedy agreement and
+  KL(exact || arm) over the exact arm's greedy continuation fed one token at a time.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from rfmath import cost
+
+from . import select
+from .engine import Engine, Prefill
+from .plan import Plan
+from .prompt import Prompt
+
+try:  # the cost-model view of a HF config (optional: only the MAC shares need it)
+    from .archspec import arch_of
+except ImportError:  # pragma: no cover
+    arch_of = None
+
+CONTROLS = ("random", "tail")
+_COST_ARM = {"ridge": "ridgefill", "identity": "identity", "none": "nofill", "exact": "exact"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration of the late layers; ``name`` is unique within a study."""
+
+    name: str
+    fill: str                      # exact | ridge | identity | none
+    split: int | None = None
+    tail: int = 0
+    rows: str = "none"             # none | attention | probe (exact prefix rows)
+    blind: bool = False            # selector does not see the question (control, paper 6.5)
+    control: str | None = None     # random | tail: count-matched to the selection of ``of``
+    of: str | None = None
+    splice: str | None = None      # keys | values | both, from the exact arm's cache
+    label: str = ""
+
+    @property
+    def selects(self) -> bool:
+        """True for an arm whose own selector picks exact rows (controls copy a count)."""
+        return self.rows != "none" and self.control is None
+
+    def spec(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "label"}
+
+
+# ----------------------------------------------------------------------------- prefill
+class Session:
+    """A loaded model with one engine per split (maps where fitted) and its cost model."""
+
+    def __init__(self, loaded, maps: dict[int, object]):
+        self.loaded, self.model, self.tok = loaded, loaded.model, loaded.tokenizer
+        self.maps = maps
+        self._engines: dict[int | None, Engine] = {}
+        self.arch = arch_of(self.model.config) if arch_of is not None else None
+
+    def engine(self, split: int | None) -> Engine:
+        if split not in self._engines:
+            self._engines[split] = Engine(self.model, self.maps.get(split))
+        return self._engines[split]
+
+    @torch.inference_mode()
+    def exact(self, ids: torch.Tensor, keep: int) -> Prefill:
+        """The stock forward (the exact arm), with logits of the last ``keep`` rows only."""
+        n = ids.shape[1]
+        out = self.model(input_ids=ids.to(self.model.device),
+                         cache=DynamicCache(config=self.model.config), use_cache=True,
+                         logits_to_keep=keep)
+        rows = torch.arange(n - keep, n, device=self.model.device)
+        return Prefill(out.cache, out.logits[0, -keep:], rows, None, "exact")
+
+    def prefill(self, arm: Arm, prompt: Prompt, *, count: int = 0, seed: int = 0,
+                exact_cache=None, tail: int | None = None, window_blind: bool = False,
+                last_only: bool = False, keep: int = 1) -> Prefill:
+        """Prefill ``prompt`` under ``arm``. ``count``: the matched selection's size (for
+        controls); ``tail`` overrides the arm's tail; ``window_blind`` points every selector
+        at the rows before ``prompt.question_row`` (long-document loss: the stretch before
+        the scored tokens); ``keep``: logits rows of the exact arm."""
+        if arm.fill == "exact":
+            return self.exact(prompt.ids, keep)
+        T = (tail if tail is not None else arm.tail) + (count if arm.control == "tail" else 0)
+        plan = Plan(prompt.n, arm.split, T, self.loaded.n_layers)
+        selector = None
+        if arm.control == "random":
+            selector = select.RandomRows(count=count, seed=seed % 2 ** 32)
+        elif arm.control is None and arm.rows != "none":
+            blind = arm.blind or window_blind
+            selector = (select.AttentionRows(blind=blind) if arm.rows == "attention"
+                        else select.ProbeRows(blind=blind))
+        if selector is not None and plan.n_prefix < 2:
+            selector = None  # nothing to select from (the API does the same)
+        return self.engine(arm.split).prefill(
+            prompt.ids, plan, arm.fill, selector=selector, prompt=prompt, splice=arm.splice,
+            exact_cache=exact_cache if arm.splice else None, all_logits=not last_only)
+
+    def macs_share(self, arm: Arm, pre: Prefill, n: int) -> float | None:
+        """Multiply-accumulates of this prefill over exact prefill's (paper 2.5)."""
+        if self.arch is None:
+            return None
+        if arm.fill == "exact" or pre.plan is None:
+            return 1.0
+        p = pre.plan
+        c = cost.macs(self.arch, n, S=p.split, T=p.tail, E=int(p.exact_rows.size),
+                      arm=_COST_ARM[arm.fill])
+        return c / cost.macs(self.arch, n, arm="exact")
+
+
+def plan_counts(pre: Prefill, n: int) -> dict:
+    if pre.plan is None:
+        return {"filled": 0, "exact_prefix": 0, "tail": n}
+    c = pre.plan.counts()
+    return {"filled": c["filled"], "exact_prefix": c["exact_prefix"], "tail": c["tail"]}
+
+
+# ----------------------------------------------------------------------------- decoding
+class Feeder:
+    """Feeds given tokens through a prefilled cache one at a time, every step at full depth,
+    as ``Engine.decode`` does (the no-fill arm keeps its filled rows hidden from the late
+    layers through ``Engine.late``'s visibility mask)."""
+
+    def __init__(self, engine: Engine, pre: Prefill):
+        self.engine, self.cache, self.visible = engine, pre.cache, pre.visible
+        self.split = pre.plan.split if pre.plan is not None else None
+        self.n = int(pre.rows[-1]) + 1
+
+    @torch.inference_mode()
+    def push(self, token: int) -> torch.Tensor:
+        """Logits (vocab,) after feeding ``token``."""
+        eng = self.engine
+        ids = torch.tensor([[token]], device=eng.model.device)
+        if self.visible is None:
+            logits = eng.model(input_ids=ids, cache=self.cache, use_cache=True).logits[0, -1]
+        else:
+            x_split, _ = eng.lower(ids, self.split, self.cache)
+            one = torch.zeros(1, dtype=torch.long, device=ids.device)
+            h = eng.late(x_split, x_split, one, one[:0], self.cache, "exact", base=self.n,
+                         visible=self.visible, split=self.split)
+            self.visible = torch.cat([self.visible, self.visible.new_ones(1)])
+            logits = eng.adapter.logits(h)[0, -1]
+        self.n += 1
+        return logits
+
+
+def step_logits(engine: Engine, pre: Prefill, tokens: list[int]) -> torch.Tensor:
+    """Logits (len(tokens), vocab) predicting each of ``tokens`` in turn: the prefill's last
+    row, then after feeding each token but the last."""
+    feeder = Feeder(engine, pre)
+    out = [pre.last_logits]
+    for t in tokens[:-1]:
+        out.append(feeder.push(int(t)))
+    return torch.stack(out).float()
+
+
+def greedy(engine: Engine, pre: Prefill, steps: int) -> tuple[list[int], torch.Tensor]:
+    """The greedy continuation of ``steps`` tokens and the logits that chose them."""
+    feeder = Feeder(engine, pre)
+    logits, tokens = [pre.last_logits], []
+    for i in range(steps):
+        tokens.append(int(logits[-1].argmax()))
+        if i < steps - 1:
+            logits.append(feeder.push(tokens[-1]))
+    return tokens, torch.stack(logits).float()
+
+
+def kl_and_agreement(exact_logits: torch.Tensor, arm_logits: torch.Tensor,
+                     tokens: list[int]) -> tuple[list[float], list[int]]:
+    """Per step KL(exact || arm) in nats and whether the arm's top token is the exact
+    arm's greedy token."""
+    lp_e = F.log_softmax(exact_logits.double(), -1)
+    lp_a = F.log_softmax(arm_logits.double(), -1)
+    kl = (lp_e.exp() * (lp_e - lp_a)).sum(-1).clamp_min(0.0)
+    agree = (arm_logits.argmax(-1).cpu() == torch.tensor(tokens)).int()
+    return kl.cpu().tolist(), agree.tolist()
+
+
+# ----------------------------------------------------------------------------- instruments
+def needle(sess: Session, arm: Arm, prompt: Prompt, expected: list[str], needle_rows: list[int],
+           *, max_new_tokens: int, count: int = 0, seed: int = 0, exact_cache=None) -> tuple[dict, Prefill]:
+    """Answer one needle prompt under ``arm``; RULER's score and what the plan kept exact."""
+    from .tasks import all_found, score
+
+    t0 = time.perf_counter()
+    pre = sess.prefill(arm, prompt, count=count, seed=seed, exact_cache=exact_cache,
+                       last_only=True)
+    engine = sess.engine(arm.split)
+    tokens = engine.decode(pre, max_new_tokens, sess.tok.eos_token_id)
+    answer = sess.tok.decode(tokens, skip_special_tokens=True)
+    exact = set(pre.plan.exact_rows.tolist()) if pre.plan is not None else set()
+    rows = [r for r in needle_rows if pre.plan is None or r < pre.plan.n_prefix]
+    covered = (sum(r in exact for r in rows) / len(rows)) if rows and pre.plan is not None else None
+    rec = {"answer": answer, "score": score(answer, expected),
+           "correct": int(all_found(answer, expected)), "n": prompt.n,
+           **plan_counts(pre, prompt.n), "needle_rows_exact": covered,
+           "macs_share": sess.macs_share(arm, pre, prompt.n),
+           "seconds": time.perf_counter() - t0}
+    return rec, pre
+
+
+def stretch_nll(pre: Prefill, ids: torch.Tensor, start: int) -> np.ndarray:
+    """NLL (nats) of ``ids[0, start:]`` from the prefill's logits of rows start-1..N-2
+    (which must all have run every layer: the stretch lies inside the tail)."""
+    n = ids.shape[1]
+    pos = torch.arange(start - 1, n - 1, device=pre.rows.device)
+    idx = torch.searchsorted(pre.rows, pos)
+    if (idx >= pre.rows.numel()).any() or not torch.equal(pre.rows[idx], pos):
+        raise ValueError("the scored stretch must lie inside the exact tail")
+    logp = F.log_softmax(pre.logits[idx].double(), -1)
+    target = ids[0, start:].to(logp.device)
+    return (-logp.gather(1, target[:, None])[:, 0]).cpu().numpy()
+
+
+@torch.inference_mode()
+def cut_nll(sess: Session, ids: torch.Tensor, start: int, window: int) -> np.ndarray:
+    """Exact NLL of ``ids[0, start:]`` with the context cut to the ``window`` tokens before
+    ``start`` (each scored token then sees at least ``window`` tokens; a leading BOS is
+    kept when the document has one)."""
+    lo = start - window
+    body = ids[:, lo:]
+    bos = sess.tok.bos_token_id
+    if bos is not None and lo > 0 and int(ids[0, 0]) == bos:
+        body = torch.cat([ids[:, :1], body], dim=1)
+    keep = ids.shape[1] - start + 1
+    out = sess.model(input_ids=body.to(sess.model.device), logits_to_keep=keep)
+    logp = F.log_softmax(out.logits[0, :-1].double(), -1)
+    target = ids[0, start:].to(logp.device)
+    return (-logp.gather(1, target[:, None])[:, 0]).cpu().numpy()
+
+
+def loss(sess: Session, arm: Arm, prompt: Prompt, start: int, *, continuation: list[int],
+         exact_logits: torch.Tensor | None, count: int = 0, seed: int = 0, exact_cache=None,
+         native_tail: bool = False) -> tuple[dict, Prefill]:
+    """NLL of the scored stretch ``[start, N)`` under ``arm``, then greedy agreement and
+    KL(exact || arm) over ``continuation`` (exact's greedy tokens) continuing the same cache.
+
+    Every arm's tail must cover the stretch: an arm with a shorter tail (POP native's one
+    token) gets ``N - start + 1``, which is the same computation as feeding the stretch as
+    decoding steps; its agreement is then measured on its own prefill with its native tail
+    (``native_tail``)."""
+    t0 = time.perf_counter()
+    need = prompt.n - start + 1
+    tail = max(arm.tail, need) if arm.fill != "exact" else None
+    pre = sess.prefill(arm, prompt, count=count, seed=seed, exact_cache=exact_cache,
+                       tail=tail, window_blind=True, keep=need)
+    nll = stretch_nll(pre, prompt.ids, start)
+    rec = {"nll": [round(float(x), 5) for x in nll], "n": prompt.n, **plan_counts(pre, prompt.n),
+           "macs_share": sess.macs_share(arm, pre, prompt.n)}
+    if continuation and exact_logits is not None:
+        agree_pre = pre
+        if native_tail and arm.fill != "exact" and arm.tail < need:
+            agree_pre = sess.prefill(arm, prompt, count=count, seed=seed, last_only=True,
+                                     exact_cache=exact_cache)
+        logits = step_logits(sess.engine(arm.split), agree_pre, continuation)
+        kl, agree = kl_and_agreement(exact_logits, logits, continuation)
+        rec["kl"] = [round(float(x), 6) for x in kl]
+        rec["agree"] = agree
+    rec["seconds"] = time.perf_counter() - t0
+    return rec, pre

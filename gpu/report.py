@@ -1,0 +1,365 @@
+"""Aggregation of the evaluation's records into report.json, report.md and plots (paper
+section 3.4: paired intervals resampled within task or domain, the binomial floor,
+non-inferiority against a margin fixed in advance).
+
+Everything here reads only the journal's records, so a report can be rebuilt at any time
+from ``records.jsonl``; nothing is measured.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from rfmath.stats import binomial_floor, noninferior, paired_bootstrap
+
+from .atomic import write_json, write_text
+from .masks import key_token_mask
+
+RESAMPLES = 10_000
+MARGIN_EXACT, MARGIN_POP = 2.0, 3.0   # points, fixed in advance (paper 3.4)
+
+
+def _f(x):
+    """JSON-safe float (NaN/inf -> None)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def interval(x, y, strata) -> dict | None:
+    """Paired bootstrap of mean(x - y) over the pairs where both are finite."""
+    x, y, strata = np.asarray(x, float), np.asarray(y, float), np.asarray(strata)
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() == 0:
+        return None
+    iv = paired_bootstrap(x[ok], y[ok], strata=strata[ok], resamples=RESAMPLES, seed=0)
+    return {"estimate": _f(iv.estimate), "low": _f(iv.low), "high": _f(iv.high), "n": iv.n}
+
+
+def _verdict(iv: dict | None, sign: int = 1) -> str:
+    """confirmed when the interval excludes zero on the predicted side, refuted when it
+    excludes zero on the other, else inconclusive."""
+    if iv is None or iv["low"] is None:
+        return "not measured"
+    lo, hi = (iv["low"], iv["high"]) if sign > 0 else (-iv["high"], -iv["low"])
+    return "confirmed" if lo > 0 else "refuted" if hi < 0 else "inconclusive"
+
+
+# ----------------------------------------------------------------------------- needles
+def _needles(recs: list[dict], arms: list[dict]) -> dict:
+    by = defaultdict(dict)
+    for r in recs:
+        by[r["arm"]][r["unit"]] = r
+    if "exact" not in by:
+        return {}
+    units = sorted(by["exact"])
+    strata = {u: by["exact"][u]["stratum"] for u in units}
+
+    def vec(arm, field="score", scale=100.0):
+        return np.array([by[arm][u][field] * scale if u in by[arm] else np.nan for u in units])
+
+    st = [strata[u] for u in units]
+    out = {"units": len(units), "strata": sorted(set(st)), "arms": {}, "by_stratum": {}}
+    ex = vec("exact")
+    for a in arms:
+        name = a["name"]
+        if name not in by:
+            continue
+        v = vec(name)
+        rows = [by[name][u] for u in units if u in by[name]]
+        prefix = [r["filled"] + r["exact_prefix"] for r in rows]
+        share = [r["exact_prefix"] / p for r, p in zip(rows, prefix) if p]
+        cover = [r["needle_rows_exact"] for r in rows if r.get("needle_rows_exact") is not None]
+        macs = [r["macs_share"] for r in rows if r.get("macs_share") is not None]
+        out["arms"][name] = {
+            "label": a["label"], "n": int(np.isfinite(v).sum()), "score": _f(np.nanmean(v)),
+            "correct": _f(np.nanmean(vec(name, "correct"))),
+            "vs_exact": interval(v, ex, st) if name != "exact" else None,
+            "exact_row_share": _f(np.mean(share)) if share else None,
+            "needle_rows_exact": _f(np.mean(cover)) if cover else None,
+            "macs_share": _f(np.mean(macs)) if macs else None,
+            "seconds": _f(np.mean([r["seconds"] for r in rows])),
+        }
+        out["by_stratum"][name] = {s: _f(np.nanmean(v[np.array(st) == s])) for s in sorted(set(st))}
+    out["_vec"], out["_strata"] = vec, st
+    return out
+
+
+# ----------------------------------------------------------------------------- documents
+def _docs(recs: list[dict], arms: list[dict]) -> dict:
+    by = defaultdict(dict)
+    for r in recs:
+        by[r["arm"]][r["unit"]] = r
+    if "exact" not in by:
+        return {}
+    units = sorted(by["exact"])
+    domain = [by["exact"][u]["stratum"] for u in units]
+    ex = {u: by["exact"][u] for u in units}
+    masks = {}
+    for u in units:
+        e = ex[u]
+        nll, cut = np.array(e["nll"]), np.array(e["nll_cut"])
+        masks[u] = {"all": np.ones(len(nll), bool), "novel": np.array(e["novel"], bool),
+                    "key": key_token_mask(nll, cut)}
+    out = {"units": len(units), "domains": sorted(set(domain)), "arms": {},
+           "key_tokens": int(sum(m["key"].sum() for m in masks.values())),
+           "novel_tokens": int(sum(m["novel"].sum() for m in masks.values())),
+           "scored_tokens": int(sum(len(m["all"]) for m in masks.values())),
+           "docs_with_key_tokens": int(sum(m["key"].any() for m in masks.values()))}
+    deltas: dict[str, dict[str, np.ndarray]] = {}
+    for a in arms:
+        name = a["name"]
+        if name not in by:
+            continue
+        d = {k: np.full(len(units), np.nan) for k in ("all", "novel", "key", "agree", "kl")}
+        for i, u in enumerate(units):
+            r = by[name].get(u)
+            if r is None:
+                continue
+            diff = np.array(r["nll"]) - np.array(ex[u]["nll"])
+            for k in ("all", "novel", "key"):
+                m = masks[u][k]
+                d[k][i] = diff[m].mean() if m.any() else np.nan
+            if name == "exact":
+                d["agree"][i], d["kl"][i] = 1.0, 0.0
+            elif r.get("kl"):
+                d["agree"][i], d["kl"][i] = np.mean(r["agree"]), np.mean(r["kl"])
+        deltas[name] = d
+        zero = np.zeros(len(units))
+        out["arms"][name] = {
+            "label": a["label"], "n": int(np.isfinite(d["all"]).sum()),
+            **{f"dnll_{k}": interval(d[k], zero, domain) for k in ("all", "novel", "key")},
+            "agreement": _f(np.nanmean(d["agree"])) if np.isfinite(d["agree"]).any() else None,
+            "kl_mean": _f(np.nanmean(d["kl"])) if np.isfinite(d["kl"]).any() else None,
+            "kl_median": _f(np.nanmedian(d["kl"])) if np.isfinite(d["kl"]).any() else None,
+            "seconds": _f(np.mean([r["seconds"] for r in by[name].values()])),
+        }
+    out["_d"], out["_strata"] = deltas, domain
+    return out
+
+
+# ----------------------------------------------------------------------------- contrasts
+def _names(meta):
+    cfg = meta["config"]
+    S = cfg["splits"][0]
+    pop = next((a["name"] for a in meta["arms"] if a["name"].startswith("pop@")), None)
+    return S, cfg["splits"][1:], pop
+
+
+def contrasts(needles: dict, docs: dict, meta: dict) -> list[dict]:
+    S, others, pop = _names(meta)
+    r, i = f"ridge@{S}", f"identity@{S}"
+    pairs = [(r, i), (r, pop), (r, f"nofill@{S}")]
+    pairs += [(f"ridge@{s}", f"identity@{s}") for s in others]
+    pairs += [(r, f"ridge@{s}") for s in others]
+    for rows in ("attention", "probe"):
+        base = f"ridge+{rows}@{S}"
+        pairs += [(base, f"{base}/random"), (base, f"{base}/tail"), (base, f"{base}/blind"),
+                  (base, r)]
+    out = []
+    for a, b in pairs:
+        if b is None:
+            continue
+        row = {"a": a, "b": b}
+        if needles and a in needles["arms"] and b in needles["arms"]:
+            vec = needles["_vec"]
+            row["retrieval"] = interval(vec(a), vec(b), needles["_strata"])
+        if docs and a in docs["_d"] and b in docs["_d"]:
+            for k in ("novel", "key"):
+                row[f"dnll_{k}"] = interval(docs["_d"][a][k], docs["_d"][b][k], docs["_strata"])
+            row["kl"] = interval(docs["_d"][a]["kl"], docs["_d"][b]["kl"], docs["_strata"])
+        if len(row) > 2:
+            out.append(row)
+    return out
+
+
+def noninferiority(needles: dict, meta: dict) -> list[dict]:
+    """One-sided 95% bound on retrieval(a) - retrieval(b), the lower of the bootstrap bound
+    and the binomial floor, against a margin fixed in advance (paper 3.4)."""
+    S, _, pop = _names(meta)
+    tests = [(f"ridge+attention@{S}", "exact", MARGIN_EXACT), (f"ridge+probe@{S}", "exact", MARGIN_EXACT),
+             (f"ridge@{S}", "exact", MARGIN_EXACT), (f"ridge@{S}", pop, MARGIN_POP)]
+    out = []
+    if not needles:
+        return out
+    for a, b, margin in tests:
+        if a not in needles["arms"] or b not in needles["arms"]:
+            continue
+        x, y = needles["_vec"](a), needles["_vec"](b)
+        ok = np.isfinite(x) & np.isfinite(y)
+        if ok.sum() == 0:
+            continue
+        st = np.asarray(needles["_strata"])[ok]
+        ni = noninferior(x[ok], y[ok], margin, strata=st, resamples=RESAMPLES, accuracy=False)
+        floor = binomial_floor(int(ok.sum()))
+        bound = min(ni.bootstrap_bound, floor)
+        out.append({"a": a, "b": b, "margin": margin, "estimate": _f(ni.estimate),
+                    "bootstrap_bound": _f(ni.bootstrap_bound), "floor": _f(floor),
+                    "bound": _f(bound), "passed": bool(bound > -margin), "n": int(ok.sum())})
+    return out
+
+
+def splices(needles: dict, docs: dict, meta: dict) -> dict:
+    """Share of RidgeFill's added novel-token loss each splice removes, and share of its
+    retrieval gap to exact it closes (paper 6.6)."""
+    S, _, _ = _names(meta)
+    r = f"ridge@{S}"
+    out = {}
+    for w in ("keys", "values", "both"):
+        name = f"{r}/splice-{w}"
+        row = {}
+        if docs and name in docs["_d"] and r in docs["_d"]:
+            a, b = docs["_d"][r]["novel"], docs["_d"][name]["novel"]
+            ok = np.isfinite(a) & np.isfinite(b)
+            if ok.any() and abs(a[ok].mean()) > 1e-12:
+                row["loss_removed"] = _f(1 - b[ok].mean() / a[ok].mean())
+            row["removed_nats"] = interval(a, b, docs["_strata"])
+        if needles and name in needles["arms"] and r in needles["arms"]:
+            vec = needles["_vec"]
+            e, f, s = vec("exact"), vec(r), vec(name)
+            gap = np.nanmean(e) - np.nanmean(f)
+            row["retrieval_gap"] = _f(gap)
+            row["gap_closed"] = _f((np.nanmean(s) - np.nanmean(f)) / gap) if abs(gap) > 1e-9 else None
+        if row:
+            out[w] = row
+    return out
+
+
+def findings(con: list[dict], ni: list[dict], meta: dict) -> list[dict]:
+    """The paper's findings to test, each confirmed / refuted / inconclusive with the
+    interval it rests on (issue 5)."""
+    S, others, _ = _names(meta)
+    find = {(c["a"], c["b"]): c for c in con}
+    out = []
+    c = find.get((f"ridge@{S}", f"identity@{S}"), {})
+    out.append({"finding": "the fitted map beats the identity fill on filled-region retrieval",
+                "contrast": f"ridge@{S} - identity@{S}, retrieval points",
+                "interval": c.get("retrieval"), "status": _verdict(c.get("retrieval"))})
+    if others:
+        c = find.get((f"ridge@{S}", f"ridge@{others[0]}"), {})
+        out.append({"finding": "a shallow split hurts (RidgeFill at 3/8 has more novel-token "
+                               "loss than at 1/2)",
+                    "contrast": f"ridge@{S} - ridge@{others[0]}, novel-token dNLL",
+                    "interval": c.get("dnll_novel"), "status": _verdict(c.get("dnll_novel"))})
+    spl = meta.get("_splices", {})
+    keys, vals = spl.get("keys", {}), spl.get("values", {})
+    iv = None
+    if "_docs" in meta and meta["_docs"]:
+        d = meta["_docs"]["_d"]
+        k, v = f"ridge@{S}/splice-keys", f"ridge@{S}/splice-values"
+        if k in d and v in d:
+            iv = interval(d[v]["novel"], d[k]["novel"], meta["_docs"]["_strata"])
+    qk = "with" if meta.get("qk_norm") else "without"
+    out.append({"finding": f"the error sits in the keys (model {qk} QK-norm): exact keys remove "
+                           "more novel-token loss than exact values",
+                "contrast": "dNLL(exact values) - dNLL(exact keys), novel tokens",
+                "interval": iv, "status": _verdict(iv),
+                "keys_removed": keys.get("loss_removed"), "values_removed": vals.get("loss_removed")})
+    for rows in ("attention", "probe"):
+        base = f"ridge+{rows}@{S}"
+        c = find.get((base, f"{base}/random"), {})
+        beat = _verdict(c.get("retrieval"))
+        nt = next((t for t in ni if t["a"] == base and t["b"] == "exact"), None)
+        restore = ("not measured" if nt is None else "confirmed" if nt["passed"] else
+                   "refuted" if nt["estimate"] is not None and nt["estimate"] < -MARGIN_EXACT
+                   and (c.get("retrieval") or {}).get("n", 0) >= 20 else "inconclusive")
+        status = ("confirmed" if beat == restore == "confirmed" else
+                  "refuted" if "refuted" in (beat, restore) else
+                  "not measured" if beat == restore == "not measured" else "inconclusive")
+        out.append({"finding": f"{rows}-selected rows restore retrieval (non-inferior to exact at "
+                               f"{MARGIN_EXACT:g} points) and beat count-matched random rows",
+                    "contrast": f"{base} - {base}/random, retrieval points; {base} vs exact",
+                    "interval": c.get("retrieval"), "beats_random": beat, "restores": restore,
+                    "noninferiority": nt, "status": status})
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+def estimate_hours(needles_recs, doc_recs, meta) -> dict | None:
+    """Wall time of the whole preset grid from the seconds measured here (per record, by
+    prompt length; unmeasured lengths scaled by (length ratio)^1.3)."""
+    preset = meta.get("preset")
+    if not preset:
+        return None
+    per_len = defaultdict(list)
+    for r in needles_recs:
+        per_len[r["length"]].append(r["seconds"])
+    if not per_len and not doc_recs:
+        return None
+    mean = {k: float(np.mean(v)) for k, v in per_len.items()}
+    arms = meta["arms"]
+    n_arms, n_doc_arms = len(arms), len([a for a in arms if not a["blind"]])
+    total, rows = 0.0, {}
+    for length, tasks_ in preset["needles"].items():
+        length = int(length)
+        if mean:
+            ref = min(mean, key=lambda k: abs(math.log(k / length)))
+            sec = mean[ref] * (length / ref) ** 1.3
+            n = len(tasks_) * preset["minimum"]["samples"] * n_arms
+            rows[str(length)] = {"records": n, "seconds_per_record": sec,
+                                 "measured": ref == length}
+            total += n * sec
+    if doc_recs:
+        sec = float(np.mean([r["seconds"] for r in doc_recs]))
+        ref = meta["config"]["loss_length"]
+        sec *= (preset["loss_length"] / ref) ** 1.3
+        n = preset["minimum"]["docs"] * n_doc_arms
+        rows["loss"] = {"records": n, "seconds_per_record": sec,
+                        "measured": ref == preset["loss_length"]}
+        total += n * sec
+    return {"hours": total / 3600, "rows": rows}
+
+
+def aggregate(records: list[dict], meta: dict) -> dict:
+    arms = meta["arms"]
+    nrec = [r for r in records if r["instrument"] == "needle"]
+    drec = [r for r in records if r["instrument"] == "loss"]
+    sess = [r for r in records if r["instrument"] == "session"]
+    needles, docs = _needles(nrec, arms), _docs(drec, arms)
+    con = contrasts(needles, docs, meta)
+    ni = noninferiority(needles, meta)
+    spl = splices(needles, docs, meta)
+    fnd = findings(con, ni, {**meta, "_splices": spl, "_docs": docs})
+    cfg, minimum = meta["config"], meta["config"]["minimum"]
+    sets = meta.get("sample_sets", {})
+    short = [k for k, v in sets.items() if k != "docs" and v["kept"] < minimum["samples"]]
+    reasons = []
+    if short:
+        reasons.append(f"{len(short)} task/length cells under {minimum['samples']} samples")
+    if "loss" in cfg["instruments"]:
+        dk = sets.get("docs", {"kept": 0, "domains": []})
+        if dk["kept"] < minimum["docs"] or len(dk["domains"]) < minimum["domains"]:
+            reasons.append(f"{dk['kept']} documents in {len(dk['domains'])} domains (the study "
+                           f"needs {minimum['docs']} in {minimum['domains']})")
+    preset = meta.get("preset")
+    if preset and {str(k) for k in preset["needles"]} != set(cfg["needles"]):
+        reasons.append(f"needle lengths {sorted(cfg['needles'])} of {sorted(preset['needles'])}")
+    if preset and set(preset["instruments"]) - set(cfg["instruments"]):
+        reasons.append(f"instruments {cfg['instruments']} of {preset['instruments']}")
+    clean = lambda d: {k: v for k, v in d.items() if not k.startswith("_")}  # noqa: E731
+    return {
+        "model": meta["model"], "partial": bool(reasons), "partial_reasons": reasons,
+        "meta": {k: v for k, v in meta.items() if not k.startswith("_")},
+        "counts": {"records": len(nrec) + len(drec), "needle_records": len(nrec),
+                   "loss_records": len(drec), "needle_samples": needles.get("units", 0),
+                   "documents": docs.get("units", 0), "sessions": len(sess)},
+        "wall_seconds": float(sum(r["wall_seconds"] for r in sess)),
+        "commands": sorted({r["command"] for r in sess}),
+        "needles": clean(needles) if needles else {}, "documents": clean(docs) if docs else {},
+        "contrasts": con, "noninferiority": ni, "splices": spl, "findings": fnd,
+        "estimate_full_grid": estimate_hours(nrec, drec, meta),
+    }
+
+
+def write(root: Path, records: list[dict], meta: dict) -> dict:
+    from .report_md import markdown, plots
+
+    rep = aggregate(records, meta)
+    rep["plots"] = plots(rep, root)
+    write_json(root / "report.json", rep)
+    write_text(root / "report.md", markdown(rep))
+    return rep

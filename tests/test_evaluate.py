@@ -1,0 +1,264 @@
+"""The evaluation harness (gpu.evaluate, gpu.instruments, gpu.report) on a tiny random Llama:
+the filled-region filter, the novel / key token masks as wired, the scorers, the paired
+intervals on known data, resume after an interruption, and the miniature eval end to end.
+
+One module fixture runs ``ridgefill eval mini`` (tiny model, synthetic texts, maps fitted
+with gpu.fit); the other tests reuse its model and maps.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gpu import evaluate as ev
+from gpu import instruments as ins
+from gpu import models, report, tasks
+from gpu.journal import Journal
+from gpu.masks import key_token_mask, novel_token_mask
+from gpu.minimodel import SyntheticTexts
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is fastest, above all on a busy CPU
+    out = tmp_path_factory.mktemp("mini")
+    from gpu.cli import main
+
+    assert main(["eval", "mini", "--out-dir", str(out), "--quiet"]) == 0
+    root = out / "tiny-llama"
+    loaded = models.load(str(root), device="cpu", dtype=torch.float32)
+    from gpu.mapfile import load_maps
+
+    maps = {}
+    for p in sorted((root / "maps").glob("*.safetensors")):
+        m = load_maps(p, fingerprint=loaded.fingerprint())
+        maps[m.split] = m
+    yield {"out": out, "root": root, "loaded": loaded, "maps": maps,
+           "report": json.loads((root / "report.json").read_text())}
+    torch.set_num_threads(threads)
+
+
+def small_cfg(loaded, **kw):
+    base = ev.EvalConfig(loaded.name, (3,), 160, {512: ("niah_single_1",)}, samples=1, docs=1,
+                         loss_length=256, score_tokens=24, continuation=3,
+                         answer_tokens=(2, 1), minimum={"samples": 1, "docs": 1, "domains": 1})
+    return replace(base, **kw)
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_mini_eval_end_to_end(mini):
+    rep, root = mini["report"], mini["root"]
+    for f in ("report.json", "report.md", "records.jsonl", "split_curve.png", "arms.png",
+              "splices.png"):
+        assert (root / f).is_file(), f
+    assert set(rep) >= {"needles", "documents", "contrasts", "noninferiority", "splices",
+                        "findings", "counts", "commands", "wall_seconds", "partial"}
+    arms = [a["name"] for a in rep["meta"]["arms"]]
+    assert arms[:5] == ["exact", "nofill@3", "identity@3", "pop@6", "ridge@3"]
+    assert {"ridge+attention@3", "ridge+attention@3/random", "ridge+attention@3/tail",
+            "ridge+attention@3/blind", "ridge+probe@3", "ridge@3/splice-keys",
+            "identity@4", "ridge@4"} <= set(arms)
+    n_s, n_d = rep["counts"]["needle_samples"], rep["counts"]["documents"]
+    assert n_s == 4 and n_d == 2  # one sample per task, one document per domain
+    assert set(rep["needles"]["arms"]) == set(arms)
+    assert rep["counts"]["needle_records"] == n_s * len(arms)
+    doc_arms = [a for a in rep["meta"]["arms"] if not a["blind"]]
+    assert rep["counts"]["loss_records"] == n_d * len(doc_arms)
+    ex = rep["documents"]["arms"]["exact"]
+    assert ex["dnll_all"]["estimate"] == 0 and ex["agreement"] == 1 and ex["kl_mean"] == 0
+    for name, a in rep["documents"]["arms"].items():
+        assert a["kl_mean"] is not None and a["kl_mean"] >= 0 and 0 <= a["agreement"] <= 1
+    # controls copy their selection's count; the tail control moves it into the tail
+    recs = [json.loads(l) for l in (root / "records.jsonl").read_text().splitlines()]
+    needle = {(r["unit"], r["arm"]): r for r in recs if r["instrument"] == "needle"}
+    for unit in {u for u, _ in needle}:
+        sel = needle[(unit, "ridge+attention@3")]
+        assert sel["exact_prefix"] > 0
+        assert needle[(unit, "ridge+attention@3/random")]["exact_prefix"] == sel["exact_prefix"]
+        tail = needle[(unit, "ridge+attention@3/tail")]
+        assert tail["exact_prefix"] == 0 and tail["tail"] == 160 + sel["exact_prefix"]
+        assert needle[(unit, "pop@6")]["tail"] == 1
+    assert {f["status"] for f in rep["findings"]} <= {"confirmed", "refuted", "inconclusive",
+                                                      "not measured"}
+    assert "PARTIAL" not in (root / "report.md").read_text().split("## Setup")[0]
+
+
+# ----------------------------------------------------------------------------- filter
+def test_filled_region_filter_and_fixed_set(mini):
+    loaded = mini["loaded"]
+    tok = loaded.tokenizer
+    cfg = small_cfg(loaded, samples=3, needles={512: ("niah_multivalue", "niah_multiquery")})
+    stats: dict = {}
+    units = ev.needle_units(tok, cfg, SyntheticTexts(), stats)
+    again = ev.needle_units(tok, cfg, SyntheticTexts(), {})
+    assert [u.prompt.ids.tolist() for u in units] == [u.prompt.ids.tolist() for u in again]
+    n_prefix_rows = 0
+    for u in units:
+        assert u.prompt.n <= 512
+        assert u.needle_rows and max(u.needle_rows) < u.prompt.n - cfg.tail
+        n_prefix_rows += len(u.needle_rows)
+    assert n_prefix_rows > 0
+    # the samples drawn but not kept have a needle in the tail
+    hay = SyntheticTexts().haystack(512 * 8, cfg.seed)
+    kept = {u.id for u in units}
+    rejected = 0
+    for task in ("niah_multivalue", "niah_multiquery"):
+        assert stats[f"{task}/512"]["kept"] == 3
+        for i in range(stats[f"{task}/512"]["drawn"]):
+            s, p = ev._sample(tok, cfg, task, 512, hay, i, ev._overhead(tok, cfg.chat))
+            inside = tasks.in_filled_region(s, p.spans, p.n, cfg.tail, p.text.find(s.context))
+            assert inside == (f"{task}/512/{i}" in kept)
+            rejected += not inside
+    assert rejected > 0  # four needles at 512 tokens: some land in the tail
+
+
+# ----------------------------------------------------------------------------- masks, scorer
+def test_loss_masks_and_scorer_wiring(mini, tmp_path):
+    loaded, maps = mini["loaded"], mini["maps"]
+    cfg = small_cfg(loaded)
+    sess = ins.Session(loaded, maps)
+    units = ev.doc_units(loaded.tokenizer, cfg, SyntheticTexts(), {})
+    u = units[0]
+    arms = [a for a in ev.study_arms(cfg, loaded.n_layers) if a.name in ("exact", "ridge@3", "pop@6")]
+    j = Journal(tmp_path / "r.jsonl")
+    ev.run_docs(sess, j, [u], arms, cfg, "fp", progress=False)
+    recs = {r["arm"]: r for r in j.records()}
+    ids, start = u.prompt.ids, u.start
+    # novel tokens: the mask of gpu.masks over the scored stretch
+    assert recs["exact"]["novel"] == novel_token_mask(ids[0], start).astype(int).tolist()
+    # the scorer: exact NLL equals a plain full forward's
+    with torch.inference_mode():
+        logp = torch.log_softmax(loaded.model(ids).logits[0].double(), -1)
+    want = -logp[start - 1:-1].gather(1, ids[0, start:, None])[:, 0].numpy()
+    np.testing.assert_allclose(recs["exact"]["nll"], want, atol=1e-4)
+    # key tokens: the cut context keeps the last W tokens before the stretch (and BOS)
+    W = cfg.key_window
+    has_bos = int(ids[0, 0]) == loaded.tokenizer.bos_token_id
+    body = torch.cat([ids[:, :1], ids[:, start - W:]], 1) if has_bos else ids[:, start - W:]
+    with torch.inference_mode():
+        lp = torch.log_softmax(loaded.model(body).logits[0].double(), -1)
+    cut = -lp[-(ids.shape[1] - start) - 1:-1].gather(1, ids[0, start:, None])[:, 0].numpy()
+    np.testing.assert_allclose(recs["exact"]["nll_cut"], cut, atol=1e-4)
+    key = key_token_mask(recs["exact"]["nll"], recs["exact"]["nll_cut"])
+    docs = report._docs(list(j.records()), [{"name": a.name, "label": ""} for a in arms])
+    assert docs["key_tokens"] == int(key.sum())
+    # every arm is scored on the same stretch; POP's one-token tail is widened to cover it
+    assert len(recs["pop@6"]["nll"]) == len(recs["exact"]["nll"]) == cfg.score_tokens
+    assert recs["pop@6"]["tail"] == cfg.score_tokens + 1 and recs["ridge@3"]["tail"] == cfg.tail
+    d = np.array(recs["ridge@3"]["nll"]) - np.array(recs["exact"]["nll"])
+    m = np.array(recs["exact"]["novel"], bool)
+    got = docs["arms"]["ridge@3"]["dnll_novel"]["estimate"]
+    assert got == pytest.approx(d[m].mean() if m.any() else np.nan, abs=1e-9)
+    assert len(recs["ridge@3"]["kl"]) == len(recs["exact"]["continuation"]) == cfg.continuation
+
+
+def test_kl_agreement_and_needle_score():
+    e = torch.tensor([[2.0, 0.0, -1.0], [0.0, 3.0, 0.0]])
+    kl, agree = ins.kl_and_agreement(e, e, [0, 1])
+    assert kl == pytest.approx([0, 0], abs=1e-12) and agree == [1, 1]
+    a = torch.tensor([[0.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    kl, agree = ins.kl_and_agreement(e, a, [0, 1])
+    p = torch.softmax(e[0].double(), -1)
+    assert kl[0] == pytest.approx(float((p * (p.log() + np.log(3))).sum()), rel=1e-9)
+    assert agree == [1, 1] and kl[1] == pytest.approx(0, abs=1e-12)
+    b = torch.tensor([[0.0, 1.0, 0.0], [0.0, 3.0, 0.0]])
+    assert ins.kl_and_agreement(e, b, [0, 1])[1] == [0, 1]
+    # RULER's all-values rule as the needle instrument records it
+    assert tasks.score(" 1234567 and 7654321.", ["1234567", "7654321"]) == 1.0
+    assert tasks.score("1234567", ["1234567", "7654321"]) == 0.5
+
+
+def test_needle_instrument_scores_the_decoded_answer(mini, monkeypatch):
+    loaded, maps = mini["loaded"], mini["maps"]
+    cfg = small_cfg(loaded)
+    sess = ins.Session(loaded, maps)
+    u = ev.needle_units(loaded.tokenizer, cfg, SyntheticTexts(), {})[0]
+    value = u.expected[0]
+    answer = loaded.tokenizer(" " + value, add_special_tokens=False).input_ids
+    monkeypatch.setattr(ins.Engine, "decode", lambda self, pre, n, eos=None: answer)
+    arm = next(a for a in ev.study_arms(cfg, loaded.n_layers) if a.name == "ridge+attention@3")
+    rec, pre = ins.needle(sess, arm, u.prompt, u.expected, u.needle_rows, max_new_tokens=4)
+    assert rec["score"] == 1.0 and rec["correct"] == 1
+    exact = set(pre.plan.exact_rows.tolist())
+    assert rec["needle_rows_exact"] == pytest.approx(
+        sum(r in exact for r in u.needle_rows) / len(u.needle_rows))
+    assert 0 < rec["macs_share"] < 1
+
+
+# ----------------------------------------------------------------------------- intervals
+def test_bootstrap_and_noninferiority_on_known_data():
+    x = np.array([1.0, 2, 3, 4, 5, 6])
+    iv = report.interval(x + 0.5, x, ["a"] * 3 + ["b"] * 3)
+    assert iv == {"estimate": 0.5, "low": 0.5, "high": 0.5, "n": 6}
+    iv = report.interval([1.0, np.nan, 3], [0.0, 0.0, np.nan], ["a", "a", "a"])
+    assert iv["n"] == 1 and iv["estimate"] == 1.0  # only complete pairs count
+    rng = np.random.default_rng(0)
+    d = rng.normal(1.0, 1.0, 400)
+    iv = report.interval(d, np.zeros_like(d), ["s"] * 400)
+    se = d.std() / np.sqrt(400)
+    assert iv["low"] == pytest.approx(d.mean() - 1.96 * se, abs=0.03)
+    assert iv["high"] == pytest.approx(d.mean() + 1.96 * se, abs=0.03)
+    assert report._verdict(iv) == "confirmed" and report._verdict(iv, -1) == "refuted"
+    assert report._verdict({"estimate": 0, "low": -1, "high": 1, "n": 3}) == "inconclusive"
+    # non-inferiority: 20 of 20 correct in both arms -> the binomial floor binds
+    meta = {"config": {"splits": [3]}, "arms": [{"name": "pop@6"}]}
+    vec = {"exact": np.full(20, 100.0), "ridge+attention@3": np.full(20, 100.0)}
+    needles = {"arms": {k: {} for k in vec}, "_vec": lambda a: vec[a], "_strata": ["t"] * 20}
+    (t,) = report.noninferiority(needles, meta)
+    assert t["bootstrap_bound"] == 0 and t["bound"] == pytest.approx(-100 * (1 - 0.05 ** (1 / 20)))
+    assert t["bound"] == t["floor"] and not t["passed"]  # -13.9 points < -2
+
+
+# ----------------------------------------------------------------------------- resume
+class Stop(Exception):
+    pass
+
+
+def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
+    loaded, maps = mini["loaded"], mini["maps"]
+    cfg = small_cfg(loaded, splits=(3,))
+    calls = {"needle": 0, "loss": 0}
+    real = {"needle": ins.needle, "loss": ins.loss}
+    limit = {"n": 5}
+
+    def wrap(kind):
+        def f(*a, **k):
+            if calls["needle"] + calls["loss"] >= limit["n"]:
+                raise Stop
+            calls[kind] += 1
+            return real[kind](*a, **k)
+        return f
+
+    monkeypatch.setattr(ins, "needle", wrap("needle"))
+    monkeypatch.setattr(ins, "loss", wrap("loss"))
+    kw = dict(maps=maps, progress=False)
+    with pytest.raises(Stop):
+        ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
+    first = dict(calls)
+    assert first["needle"] == 5
+    j = Journal(tmp_path / loaded.name / "records.jsonl")
+    assert sum(r["instrument"] == "needle" for r in j.records()) == 5
+    assert [r["finished"] for r in j.records() if r["instrument"] == "session"] == [False]
+    # a torn last line (killed mid-write) is dropped, the rest kept
+    with open(j.path, "a") as fh:
+        fh.write('{"key": "needle|torn')
+    limit["n"] = 10 ** 6
+    calls.update(needle=0, loss=0)
+    rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
+    arms = ev.study_arms(cfg, loaded.n_layers)
+    n_needle = len(arms)
+    n_doc = len([a for a in arms if not a.blind]) - 1  # the exact document run is not ins.loss
+    assert calls == {"needle": n_needle - 5, "loss": n_doc}
+    assert rep["counts"]["needle_records"] == n_needle
+    calls.update(needle=0, loss=0)
+    rep2 = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
+    assert calls == {"needle": 0, "loss": 0}
+    assert rep2["needles"] == rep["needles"] and rep2["counts"]["sessions"] == 3
