@@ -55,7 +55,9 @@ instance instOrderedFieldRat : OrderedField Rat where
   abs_of_nonpos := fun a h => by
     show (if 0 ≤ a then a else -a) = -a
     by_cases h0 : 0 ≤ a
-    · rw [if_pos h0, Rat.le_antisymm h h0]; decide
+    · have e : a = 0 := Rat.le_antisymm h h0
+      subst e
+      decide
     · rw [if_neg h0]
 
 /-! ## StateCorrection: a filled row of update 3 and an exact row, both with gate 1/2 -/
@@ -105,8 +107,10 @@ example := delta_rule_contraction (1/2 : Rat) 1 1 (fun _ _ => 5) (fun _ _ => -1)
 
 def demoPost : List (AttnRow Rat) := [⟨1, 2⟩]
 
-theorem demo_post_pos : allOf scorePos demoPost := And.intro (by decide) True.intro
-theorem demo_post_values : allOf (valueLe (2 : Rat)) demoPost := And.intro (by decide) True.intro
+theorem demo_post_pos : allOf scorePos demoPost :=
+  And.intro (show (0 : Rat) < (AttnRow.mk (1 : Rat) 2).score by decide) True.intro
+theorem demo_post_values : allOf (valueLe (2 : Rat)) demoPost :=
+  And.intro (show abs (AttnRow.mk (1 : Rat) 2).value ≤ (2 : Rat) by decide) True.intro
 
 example := output_value_change [] demoPost (1 : Rat) 1 (1/4)
 example := weight_change_le [] demoPost (1 : Rat) 1 2 2 True.intro demo_post_pos (by decide)
