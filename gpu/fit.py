@@ -187,9 +187,10 @@ def _all_reduce(dist, moments, unigram, log):
     for s, m in moments.items():
         state = {}
         for k, v in m.state_dict().items():
-            t = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64)).clone()
+            # flat copy: ascontiguousarray would turn the 0-d count/weight_sum into shape (1,)
+            t = torch.from_numpy(np.array(v, dtype=np.float64).reshape(-1))
             dist.all_reduce(t)
-            state[k] = t.numpy().astype(v.dtype)
+            state[k] = t.numpy().reshape(np.shape(v)).astype(v.dtype)
         reduced[s] = RidgeMoments.from_state_dict(state)
     u = torch.from_numpy(unigram).clone()
     dist.all_reduce(u)

@@ -1,0 +1,196 @@
+"""Shared helpers for the torch-backend tests: tiny seeded random Hugging Face models of each
+family (llama, qwen3, gemma3) with a byte-level tokenizer, saved once per test process to a
+temporary folder so `gpu.models.load(path)` and the CLI can read them; a tiny calibration
+folder; conversion of a tiny model's weights to rfmodel's TinyModel; small map objects.
+
+Everything here is an *oracle builder*, never a copy of the code under test: the references
+are the stock transformers forward, rfmodel.model.TinyModel and closed forms.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER, LAYERS = 32, 4, 2, 8, 64, 4
+N_SPECIAL = 3                      # <pad>=0, <s>=1, </s>=2, then the 256 byte symbols
+VOCAB = N_SPECIAL + 256
+WINDOW = 6                         # gemma3 tiny sliding window
+
+_ROOT = Path(tempfile.mkdtemp(prefix="ridgefill-tests-"))
+atexit.register(shutil.rmtree, _ROOT, True)
+
+
+def scratch(name: str) -> Path:
+    """A fresh folder under this test process's temporary root."""
+    p = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_ROOT))
+    return p
+
+
+# ---------------------------------------------------------------------------- tokenizer
+@functools.cache
+def byte_tokenizer():
+    """A byte-level BPE tokenizer with no merges: one token per byte (vocab 259)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    for ch in sorted(alphabet):
+        vocab[ch] = len(vocab)
+    assert len(vocab) == VOCAB
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>")
+
+
+# ---------------------------------------------------------------------------- models
+def tiny_config(family: str, **kw):
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
+
+    common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER,
+                  num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                  num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, max_position_embeddings=512,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0)
+    if family == "llama":
+        cfg = LlamaConfig(**{**common, "rope_theta": 10000.0, **kw})
+    elif family == "qwen3":
+        cfg = Qwen3Config(**{**common, "rope_theta": 1000.0, **kw})
+    elif family == "gemma3":
+        layer_types = ["sliding_attention", "sliding_attention", "full_attention",
+                       "sliding_attention"]
+        cfg = Gemma3TextConfig(**{**common, "sliding_window": WINDOW, "layer_types": layer_types,
+                                  "query_pre_attn_scalar": HEAD_DIM, **kw})
+    else:
+        raise ValueError(family)
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def _randomize(model, seed: int, std: float = 0.25):
+    """Seeded weights with enough scale that fills and rows make visible differences."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if "norm" in name:
+                # gemma3 norms compute x * (1 + w): keep the effective gain near 1 either way
+                base = 0.0 if model.config.model_type.startswith("gemma3") else 1.0
+                p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * (std if "embed" in name
+                                                             else 1.0 / p.shape[1] ** 0.5))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def tiny_model(family: str, seed: int = 0, **kw):
+    """A seeded random fp32 tiny causal LM of ``family`` (eval mode, CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(family, **kw), dtype=torch.float32)
+    return _randomize(model, seed).eval()
+
+
+@functools.cache
+def tiny_dir(family: str = "llama", seed: int = 0) -> Path:
+    """A tiny model saved as a local Hugging Face folder (config, weights, tokenizer)."""
+    path = _ROOT / f"tiny-{family}-{seed}"
+    model = tiny_model(family, seed)
+    model.save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def load_tiny(family: str = "llama", seed: int = 0):
+    """``gpu.models.load`` of the saved tiny folder (on the CPU, fp32)."""
+    from gpu import models
+
+    return models.load(str(tiny_dir(family, seed)), device="cpu", dtype=torch.float32)
+
+
+def token_ids(n: int, seed: int = 0, vocab: int = VOCAB) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(N_SPECIAL, vocab, (1, n), generator=g)
+
+
+# ---------------------------------------------------------------------------- calibration
+CALIB_SOURCES = sorted(Path("/usr/share/common-licenses").glob("*"))
+
+
+def calib_dir(n_docs: int = 4, chars: int = 1500) -> Path:
+    """A folder of ``n_docs`` small .txt documents cut from the licenses on this machine
+    (any text would do; these ship with every Debian image)."""
+    texts = []
+    for p in CALIB_SOURCES:
+        try:
+            t = p.read_text(errors="replace")
+        except OSError:
+            continue
+        if len(t) >= chars:
+            texts.append(t)
+    if not texts:
+        pytest.skip("no text files under /usr/share/common-licenses")
+    folder = scratch("calib")
+    for i in range(n_docs):
+        t = texts[i % len(texts)]
+        start = (i // len(texts)) * chars
+        (folder / f"doc{i:02d}.txt").write_text(t[start:start + chars])
+    return folder
+
+
+# ---------------------------------------------------------------------------- rfmodel twin
+def to_tiny_model(model, dtype=np.float64):
+    """rfmodel's TinyModel with the same weights as a llama/qwen3 HF model."""
+    from rfmodel.model import TinyConfig, TinyModel
+
+    cfg = model.config
+    theta = cfg.rope_parameters["rope_theta"]
+    tc = TinyConfig(vocab=cfg.vocab_size, hidden=cfg.hidden_size, n_layers=cfg.num_hidden_layers,
+                    n_heads=cfg.num_attention_heads, n_kv_heads=cfg.num_key_value_heads,
+                    head_dim=cfg.head_dim, intermediate=cfg.intermediate_size, rope_theta=theta,
+                    rms_eps=cfg.rms_norm_eps, qk_norm=cfg.model_type == "qwen3",
+                    tie_embeddings=bool(cfg.tie_word_embeddings))
+    weights = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
+    return TinyModel(tc, weights, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------- maps
+class DenseMaps:
+    """A minimal Predictor: x_hat_l = x @ A_l^T + b_l with float32 torch tensors."""
+
+    def __init__(self, split: int, maps: dict[int, tuple[np.ndarray, np.ndarray]]):
+        self.split = split
+        self.np = maps
+        self.t = {l: (torch.tensor(A, dtype=torch.float32), torch.tensor(b, dtype=torch.float32))
+                  for l, (A, b) in maps.items()}
+
+    def predict(self, layer, x):
+        A, b = self.t[layer]
+        return torch.nn.functional.linear(x, A, b)
+
+
+def random_maps(split: int, n_layers: int = LAYERS, d: int = HIDDEN, seed: int = 0,
+                noise: float = 0.2):
+    """Maps near the identity (so predictions stay in a sensible range), float32-exact values."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for l in range(split + 1, n_layers):
+        A = (np.eye(d) + noise * rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)
+        b = (0.1 * rng.standard_normal(d)).astype(np.float32)
+        out[l] = (A.astype(np.float64), b.astype(np.float64))
+    return out
+
+
+def identity_maps(split: int, n_layers: int = LAYERS, d: int = HIDDEN):
+    return {l: (np.eye(d), np.zeros(d)) for l in range(split + 1, n_layers)}
