@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import __version__
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +38,19 @@ def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], 
     if unigram is not None:
         tensors["unigram_counts"] = torch.from_numpy(np.asarray(unigram, np.int64))
     meta = {**meta, "format": FORMAT, "software": f"ridgefill {__version__}",
-            "layers": sorted(int(k) for k in maps)}
+            "layers": sorted(int(k) for k in maps), "sha256": _digest(tensors)}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={"ridgefill": json.dumps(meta, sort_keys=True)})
     return Path(path)
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name and bytes: safetensors itself has no checksum."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -122,6 +132,9 @@ def load_maps(path: str | Path, *, fingerprint: str | None = None, split: int | 
     meta = json.loads(raw)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{path} has format {meta.get('format')!r}, expected {FORMAT}; {fix}")
+    if meta.get("sha256") not in (None, _digest(tensors)):
+        raise ValueError(f"map file {path} is corrupted (its tensors do not match the checksum "
+                         f"written with them); {fix}")
     missing = [l for l in meta["layers"] if f"layers.{l}.bias" not in tensors]
     if missing:
         raise ValueError(f"map file {path} lacks layers {missing}: it is corrupted; {fix}")
