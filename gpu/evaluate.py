@@ -359,8 +359,11 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
 # ----------------------------------------------------------------------------- one model
 def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                    command: str = "", progress: bool = True, fit_kw: dict | None = None,
-                   calib: str = "builtin", preset: EvalConfig | None = None) -> dict:
-    """Run (or resume) one model's grid and write its report; returns the report dict."""
+                   calib: str = "builtin", preset: EvalConfig | None = None,
+                   arms: list[Arm] | None = None) -> dict:
+    """Run (or resume) one model's grid and write its report; returns the report dict.
+    ``arms`` replaces the study's arms (a selector study: any gpu.select selector with its
+    options, each followed by controls whose ``of`` names it)."""
     from . import report
 
     started = time.time()
@@ -372,7 +375,7 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     fingerprint = _sig(loaded.fingerprint(), {s: m.meta.get("lambda") for s, m in maps.items()},
                        cfg.chat, cfg.answer_prefix)
     sess = Session(loaded, maps)
-    arms = study_arms(cfg, loaded.n_layers)
+    arms = arms if arms is not None else study_arms(cfg, loaded.n_layers)
     stats: dict = {}
     needles = needle_units(loaded.tokenizer, cfg, texts, stats) if "needle" in cfg.instruments else []
     docs = doc_units(loaded.tokenizer, cfg, texts, stats) if "loss" in cfg.instruments else []

@@ -47,12 +47,13 @@ class Arm:
     fill: str                      # exact | ridge | identity | none
     split: int | None = None
     tail: int = 0
-    rows: str = "none"             # none | attention | probe (exact prefix rows)
+    rows: str = "none"             # a gpu.select name (attention, probe, ...): exact rows
     blind: bool = False            # selector does not see the question (control, paper 6.5)
     control: str | None = None     # random | tail: count-matched to the selection of ``of``
     of: str | None = None
     splice: str | None = None      # keys | values | both, from the exact arm's cache
     label: str = ""
+    options: tuple = ()            # selector keyword options, e.g. (("share", 0.05),)
 
     @property
     def selects(self) -> bool:
@@ -60,7 +61,10 @@ class Arm:
         return self.rows != "none" and self.control is None
 
     def spec(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "label"}
+        d = {k: v for k, v in asdict(self).items() if k != "label"}
+        if not d["options"]:
+            del d["options"]  # records of arms without options keep their keys
+        return d
 
 
 # ----------------------------------------------------------------------------- prefill
@@ -103,9 +107,7 @@ class Session:
         if arm.control == "random":
             selector = select.RandomRows(count=count, seed=seed % 2 ** 32)
         elif arm.control is None and arm.rows != "none":
-            blind = arm.blind or window_blind
-            selector = (select.AttentionRows(blind=blind) if arm.rows == "attention"
-                        else select.ProbeRows(blind=blind))
+            selector = select.make(arm.rows, blind=arm.blind or window_blind, **dict(arm.options))
         if selector is not None and plan.n_prefix < 2:
             selector = None  # nothing to select from (the API does the same)
         return self.engine(arm.split).prefill(

@@ -156,10 +156,16 @@ def contrasts(needles: dict, docs: dict, meta: dict) -> list[dict]:
     pairs = [(r, i), (r, pop), (r, f"nofill@{S}")]
     pairs += [(f"ridge@{s}", f"identity@{s}") for s in others]
     pairs += [(r, f"ridge@{s}") for s in others]
-    for rows in ("attention", "probe"):
-        base = f"ridge+{rows}@{S}"
-        pairs += [(base, f"{base}/random"), (base, f"{base}/tail"), (base, f"{base}/blind"),
-                  (base, r)]
+    for a in meta["arms"]:  # each selection against its controls and its plain fill
+        if a["of"]:
+            pairs.append((a["of"], a["name"]))
+        elif a["blind"] and a["name"].endswith("/blind"):
+            pairs.append((a["name"][: -len("/blind")], a["name"]))
+        elif a["rows"] != "none" and not a["control"]:
+            plain = next((b["name"] for b in meta["arms"] if b["fill"] == a["fill"]
+                          and b["split"] == a["split"] and b["tail"] == a["tail"]
+                          and b["rows"] == "none" and not b["splice"]), None)
+            pairs.append((a["name"], plain))
     out = []
     for a, b in pairs:
         if b is None:

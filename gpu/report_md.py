@@ -120,8 +120,9 @@ def markdown(rep: dict) -> str:
         L.append("")
     L.append("## Findings of the paper, tested\n")
     for f in rep["findings"]:
-        L.append(f"- **{f['status']}** - {f['finding']} ({f['contrast']}: "
-                 f"{_iv(f.get('interval'))})")
+        iv = f.get("interval")
+        n = f", n = {iv['n']}" if iv else ""
+        L.append(f"- **{f['status']}** - {f['finding']} ({f['contrast']}: {_iv(iv)}{n})")
     L.append("")
     est = rep.get("estimate_full_grid")
     if est:
@@ -198,7 +199,8 @@ def plots(rep: dict, root: Path) -> list[str]:
     axes[0].set(xlabel="split layer", ylabel="novel-token dNLL vs exact (nats)", title="Loss")
     axes[1].set(xlabel="split layer", ylabel="filled-region retrieval (points)", title="Retrieval")
     for ax in axes:
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.suptitle(f"{rep['model']}: split curve" + (" (PARTIAL RUN)" if rep["partial"] else ""))
     fig.tight_layout()
     if drew:

@@ -262,3 +262,22 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     rep2 = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
     assert calls == {"needle": 0, "loss": 0}
     assert rep2["needles"] == rep["needles"] and rep2["counts"]["sessions"] == 3
+
+
+def test_custom_arms_for_a_selector_study(mini, tmp_path):
+    """Issue 9 reuses the harness with its own selectors: any gpu.select name with options,
+    each followed by controls that name it in ``of``."""
+    loaded, maps = mini["loaded"], mini["maps"]
+    cfg = small_cfg(loaded, instruments=("needle",))
+    sel = ins.Arm("ridge+attn5@3", "ridge", 3, 160, "attention", options=(("share", 0.05),))
+    arms = [ins.Arm("exact", "exact"), ins.Arm("ridge@3", "ridge", 3, 160), sel,
+            ins.Arm("ridge+attn5@3/random", "ridge", 3, 160, "attention", control="random",
+                    of=sel.name)]
+    rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), maps=maps, arms=arms,
+                            progress=False)
+    a = rep["needles"]["arms"]
+    assert a[sel.name]["exact_row_share"] == pytest.approx(0.05, abs=0.01)
+    assert a[sel.name + "/random"]["exact_row_share"] == a[sel.name]["exact_row_share"]
+    pairs = {(c["a"], c["b"]) for c in rep["contrasts"]}
+    assert {(sel.name, sel.name + "/random"), (sel.name, "ridge@3")} <= pairs
+    assert "options" not in arms[1].spec() and sel.spec()["options"] == (("share", 0.05),)
