@@ -409,13 +409,13 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
 
 
 # ----------------------------------------------------------------------------- mini
-def run_mini(out_dir: Path, progress: bool = True) -> dict:
-    """Every instrument once on a tiny random Llama (see gpu.minimodel)."""
+def run_mini(out_dir: Path, progress: bool = True, device: str | None = "cpu") -> dict:
+    """Every instrument once on a tiny random Llama (see gpu.minimodel), fp32."""
     from . import minimodel
 
     root = out_dir
     model_dir = minimodel.build(root / "tiny-llama")
-    loaded = models.load(str(model_dir), device="cpu", dtype=torch.float32)
+    loaded = models.load(str(model_dir), device=device or "cpu", dtype=torch.float32)
     texts = minimodel.SyntheticTexts()
     calib = minimodel.write_calibration(root / "calib")
     cfg = EvalConfig(loaded.name, (3, 4), 160, {512: tasks.TASKS}, samples=1, docs=2,
@@ -460,7 +460,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)  # on a shared CPU, 1 thread is often fastest
     if what == "mini":
         out = Path(args.out_dir) if str(args.out_dir) != "results" else Path("out/eval-mini")
-        rep = run_mini(out, progress)
+        rep = run_mini(out, progress, getattr(args, "device", None))
         print(f"mini eval: {rep['counts']['records']} records -> {out / rep['model']}/report.md")
         return 0
     if what != "study":
