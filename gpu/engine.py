@@ -5,6 +5,12 @@ code, so they are bitwise the stock forward) -> x_S -> per late layer: the map p
 filled rows' input, which goes through that layer's own norm and K/V projections (RoPE at the
 rows' own positions) -> exact rows and tail run the whole layer over the mixed cache -> one
 ordinary transformers cache -> ordinary decoding at full depth.
+
+A Gated DeltaNet late layer (hybrids, paper 2.3) carries its state through the prompt in
+order: the layer's own mixer runs over the rows present, filled rows from their predicted
+input and exact rows and the tail from their true input; only the computed rows go on to the
+residual and MLP. With the terminal-state correction, rho * DeltaM is added to the recurrent
+state once, at the end of the prefix (rho: the filled rows' share of the gate weight).
 """
 from __future__ import annotations
 
@@ -12,9 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+
+from rfmath.gating import filled_share
 
 from .adapters import Adapter, for_model
 from .plan import Plan
@@ -109,7 +118,7 @@ class Engine:
                 rescale: str | None = None, rescale_rows: int = 512,
                 splice: str | None = None, exact_cache: DynamicCache | None = None,
                 skip_unread: bool = True, selector=None, prompt=None,
-                all_logits: bool = True) -> Prefill:
+                all_logits: bool = True, correction: bool | dict = False) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
         fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
@@ -119,6 +128,10 @@ class Engine:
         selector: chooses exact prefix rows after the lower layers ran (gpu.select), reading
         ``prompt``; the chosen rows replace ``plan.exact_rows``. all_logits: logits of every
         computed row (for scoring loss) or of the last row only (generation, timing).
+        correction: the terminal-state correction on Gated DeltaNet late layers (paper 2.3):
+        True takes DeltaM from the maps (``ridgefill fit --correction``); a dict
+        {layer: DeltaM (H_v, d_k, d_v)} gives it explicitly. Applies to the ridge fill (DeltaM
+        is measured for the maps); a no-op when no row is filled into the state (exact, none).
         """
         if fill not in FILLS:
             raise ValueError(f"fill={fill!r}: choose one of {FILLS}")
@@ -130,6 +143,7 @@ class Engine:
             raise ValueError(f"maps were fitted for split {self.maps.split}, the plan asks for "
                              f"split {plan.split}; fit maps for this split or use --split "
                              f"{self.maps.split}")
+        deltas = self._deltas(correction, fill)
         start = time.perf_counter()
         ids = ids.to(self.model.device)
         n = ids.shape[1]
@@ -150,9 +164,11 @@ class Engine:
             plan = plan.with_rows(selector(ctx))
         computed = torch.as_tensor(plan.computed, device=ids.device)
         filled = torch.as_tensor(plan.filled, device=ids.device)
+        stats: dict = {}
         h = self.late(x_split, x_split[:, computed], computed, filled, cache, fill,
                       base=0, rescale=rescale, rescale_rows=rescale_rows, plan=plan,
-                      splice=splice, exact_cache=exact_cache, skip_unread=skip_unread)
+                      splice=splice, exact_cache=exact_cache, skip_unread=skip_unread,
+                      correction=deltas, stats=stats)
         visible = None
         if fill == "none":  # filled rows have no late-layer entry; decoding must not see them
             visible = torch.zeros(n, dtype=torch.bool, device=ids.device)
@@ -161,7 +177,24 @@ class Engine:
             h, computed = h[:, -1:], computed[-1:]
         logits = self.adapter.logits(h)[0]
         return Prefill(cache, logits, computed, plan, fill, visible,
-                       seconds=time.perf_counter() - start)
+                       seconds=time.perf_counter() - start, info=stats)
+
+    def _deltas(self, correction, fill: str) -> dict[int, torch.Tensor] | None:
+        """DeltaM per GDN late layer for the terminal-state correction, or None."""
+        if correction is False or correction is None:
+            return None
+        if isinstance(correction, dict):
+            return correction
+        if fill in ("exact", "none"):
+            return None  # no filled row updates a state
+        if fill != "ridge":
+            raise ValueError(f"--correction with --fill {fill}: DeltaM is measured for the ridge "
+                             "maps; use --fill ridge or drop --correction")
+        deltas = getattr(self.maps, "delta_M", None)
+        if not deltas:
+            raise ValueError("--correction needs DeltaM in the map file: refit the maps with "
+                             "`ridgefill fit --correction`")
+        return deltas
 
     # ------------------------------------------------------------------ late layers
     def _predict(self, layer: int, split: int, x: torch.Tensor, fill: str) -> torch.Tensor:
@@ -174,13 +207,18 @@ class Engine:
              rescale: str | None = None, rescale_rows: int = 512, plan: Plan | None = None,
              splice: str | None = None, exact_cache: DynamicCache | None = None,
              visible: torch.Tensor | None = None, received: torch.Tensor | None = None,
-             skip_unread: bool = True, split: int | None = None) -> torch.Tensor:
+             skip_unread: bool = True, split: int | None = None,
+             correction: dict[int, torch.Tensor] | None = None,
+             stats: dict | None = None) -> torch.Tensor:
         """Run layers split..L-1. New rows are positions base..base+n_new-1 of which ``computed``
         run the whole layer (hidden ``h``) and ``filled`` only write their cache entry from the
         prediction of ``x_split`` (rows indexed like positions - base).
 
-        With ``cache=None`` nothing is written (the probe's sweep). ``received`` (n_keys,)
+        With ``cache=None`` nothing is written (the probe's sweep; Gated DeltaNet layers then
+        start from an empty state over the computed rows only). ``received`` (n_keys,)
         accumulates the attention each key row receives from the computed rows.
+        ``correction`` {layer: DeltaM}: terminal-state correction on those GDN layers;
+        ``stats`` receives {"rho": {layer: [per value head]}} when it is applied.
         Returns the computed rows' hidden state after the last layer.
         """
         ad = self.adapter
@@ -193,9 +231,10 @@ class Engine:
         for layer in range(split, ad.n_layers):
             info = ad.layer_info(layer)
             if info.kind == "gdn":
-                raise NotImplementedError(
-                    "Gated DeltaNet late layers are not supported by the torch engine yet; "
-                    "use a split above the last linear-attention layer")
+                dM = correction.get(layer) if correction is not None else None
+                h = self._gdn(layer, split, x_split, h, computed, filled,
+                              cache, fill if write_filled else None, tail_start, dM, stats)
+                continue
             cos, sin = ad.rope(x_split, pos_new[None], layer)
             norm = ad.input_norm(layer)
             k = x_split.new_zeros(1, ad.config.num_key_value_heads, n_new, ad.attn(layer).head_dim)
@@ -236,14 +275,55 @@ class Engine:
             if write_filled:
                 seen[n_old + rows_f] = True
             allowed &= seen[None, :]
-            q = ad.queries(layer, normed, cos[:, computed], sin[:, computed])
+            q, gate = ad.queries_gated(layer, normed, cos[:, computed], sin[:, computed])
             if received is not None:
                 probs = _attention_probs(q, k_all, allowed, ad.scaling(layer))
                 received[-n_keys:] += probs.sum(dim=(0, 1, 2)).float()
             out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=allowed,
                                                  scale=ad.scaling(layer), enable_gqa=True)
-            h = ad.finish(layer, h, out.transpose(1, 2).reshape(1, q.shape[2], -1))
+            out = out.transpose(1, 2).reshape(1, q.shape[2], -1)
+            h = ad.finish(layer, h, out) if gate is None else ad.finish(layer, h, out, gate)
         return h
+
+    def _gdn(self, layer, split, x_split, h, computed, filled, cache, fill, tail_start, dM,
+             stats):
+        """One Gated DeltaNet late layer (paper 2.1, 2.3). ``fill`` None: only the computed
+        rows update the state (no fill, decoding, or the probe with ``cache=None``)."""
+        ad = self.adapter
+        if fill is None or cache is None or filled.numel() == 0:
+            rows, u = computed, h
+        else:
+            rows = torch.cat([computed, filled]).sort().values
+            u = h.new_empty(1, rows.numel(), h.shape[-1])
+            u[:, torch.searchsorted(rows, computed)] = h
+            u[:, torch.searchsorted(rows, filled)] = self._predict(layer, split,
+                                                                   x_split[:, filled], fill)
+        normed = ad.input_norm(layer)(u)
+        is_filled = torch.ones(rows.numel(), dtype=torch.bool, device=rows.device)
+        is_filled[torch.searchsorted(rows, computed)] = False
+        cut = int((rows < tail_start).sum())  # rows present before the end of the prefix
+        if dM is None or cache is None or not bool(is_filled[:cut].any()):
+            mixed = ad.mix(layer, normed, cache)
+        else:
+            head = ad.mix(layer, normed[:, :cut], cache)
+            # rho: the filled rows' share of the state weight w_j = prod_{k>j} g_k at the end of
+            # the prefix, per value head, from the gates this layer computes (Appendix H)
+            log_g = ad.gdn_log_gates(layer, normed[:, :cut])[0].T.double()  # (H_v, cut)
+            gates = log_g.exp().clamp_min(np.finfo(np.float64).tiny).cpu().numpy()
+            rho = np.asarray(filled_share(gates, is_filled[:cut].cpu().numpy()), np.float64)
+            state = cache.layers[layer].recurrent_states[0]       # (1, H_v, d_k, d_v)
+            rho_t = torch.as_tensor(rho, device=state.device, dtype=torch.float32)
+            state.add_((rho_t[:, None, None] * dM.to(state.device, torch.float32))[None]
+                       .to(state.dtype))
+            if stats is not None:
+                stats.setdefault("rho", {})[layer] = rho.tolist()
+            parts = [head]
+            if cut < rows.numel():
+                parts.append(ad.mix(layer, normed[:, cut:], cache))
+            mixed = torch.cat(parts, dim=1)
+        if rows is not computed:
+            mixed = mixed[:, ~is_filled]
+        return ad.finish_mixed(layer, h, mixed)
 
     def _rescale(self, layer, split, which, c, x_split, h, computed, tail_start, norm, cos, sin,
                  kf, vf, fill):

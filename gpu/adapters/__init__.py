@@ -7,6 +7,8 @@ from .base import Adapter, LayerInfo
 from .gemma3 import Gemma3Adapter
 from .llama import LlamaAdapter
 from .qwen3 import Qwen3Adapter
+from .qwen3_5 import Qwen3_5Adapter
+from .qwen3_next import Qwen3NextAdapter
 
 ADAPTERS: dict[str, type[Adapter]] = {
     "llama": LlamaAdapter,
@@ -14,6 +16,9 @@ ADAPTERS: dict[str, type[Adapter]] = {
     "qwen2": LlamaAdapter,
     "qwen3": Qwen3Adapter,
     "gemma3_text": Gemma3Adapter,
+    "qwen3_next": Qwen3NextAdapter,
+    "qwen3_5_text": Qwen3_5Adapter,
+    "qwen3_5": Qwen3_5Adapter,
 }
 
 

@@ -64,8 +64,7 @@ class Adapter:
         v = attn.v_proj(normed).view(shape).transpose(1, 2)
         if hasattr(attn, "k_norm"):
             k = attn.k_norm(k)
-        k = k * cos.unsqueeze(1) + _rotate_half(k) * sin.unsqueeze(1)
-        return k, v
+        return _apply_rope(k, cos, sin), v
 
     def queries(self, i: int, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         attn = self.attn(i)
@@ -73,12 +72,18 @@ class Adapter:
         q = attn.q_proj(normed).view(shape).transpose(1, 2)
         if hasattr(attn, "q_norm"):
             q = attn.q_norm(q)
-        return q * cos.unsqueeze(1) + _rotate_half(q) * sin.unsqueeze(1)
+        return _apply_rope(q, cos, sin)
+
+    def queries_gated(self, i: int, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """(queries, output gate or None). Families whose attention output is gated before
+        o_proj (Qwen3-Next, Qwen3.5) return the gate; ``finish`` then takes it."""
+        return self.queries(i, normed, cos, sin), None
 
     def scaling(self, i: int) -> float:
         return float(self.attn(i).scaling)
 
-    def finish(self, i: int, h: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+    def finish(self, i: int, h: torch.Tensor, attn_out: torch.Tensor,
+               gate: torch.Tensor | None = None) -> torch.Tensor:
         """The rest of the layer after attention: residual add and MLP (Llama order)."""
         layer = self.layers[i]
         h = h + layer.self_attn.o_proj(attn_out)
@@ -86,6 +91,34 @@ class Adapter:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(self.inner.norm(h))
+
+    # --- Gated DeltaNet layers (hybrid families override these) -------------------------------
+    def mix(self, i: int, normed: torch.Tensor, cache) -> torch.Tensor:
+        """The GDN layer's own token mixer over ``normed`` (1, n, d), rows in position order,
+        continuing from and writing to ``cache``'s conv and recurrent state (None: empty state)."""
+        raise NotImplementedError(f"the {self.family} adapter has no Gated DeltaNet layers")
+
+    def finish_mixed(self, i: int, h: torch.Tensor, mixed: torch.Tensor) -> torch.Tensor:
+        """The rest of a GDN layer after its mixer: residual add and MLP."""
+        raise NotImplementedError(f"the {self.family} adapter has no Gated DeltaNet layers")
+
+    def gdn_log_gates(self, i: int, normed: torch.Tensor) -> torch.Tensor:
+        """Log of the per-row, per-value-head state gates (1, n, H_v), as the layer computes them."""
+        raise NotImplementedError(f"the {self.family} adapter has no Gated DeltaNet layers")
+
+    def gdn_writes(self, i: int, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What each row writes towards the state: its key and value projections (1, n, *)."""
+        raise NotImplementedError(f"the {self.family} adapter has no Gated DeltaNet layers")
+
+
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on (1, heads, n, head_dim); partial rotary (cos narrower than the head) rotates the
+    first cos.shape[-1] dims and passes the rest through, as transformers does."""
+    r = cos.shape[-1]
+    if r == x.shape[-1]:
+        return x * cos.unsqueeze(1) + _rotate_half(x) * sin.unsqueeze(1)
+    rot, rest = x[..., :r], x[..., r:]
+    return torch.cat((rot * cos.unsqueeze(1) + _rotate_half(rot) * sin.unsqueeze(1), rest), dim=-1)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
