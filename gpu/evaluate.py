@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -229,7 +230,8 @@ def doc_units(tok, cfg: EvalConfig, texts, stats: dict) -> list[Unit]:
             continue
         cut = prompts.Prompt(p.ids[:, :N], p.text, p.spans[:N], p.pieces[:N],
                              p.special[p.special < N], N - s)
-        out.append(Unit("doc", d.doc_id, cut, _sig(cut.ids[0].tolist()), d.domain,
+        seed = int(_sig(cfg.seed, d.doc_id)[:8], 16)  # the random control's rows, per document
+        out.append(Unit("doc", d.doc_id, cut, _sig(cut.ids[0].tolist(), seed), d.domain, seed,
                         start=N - s, meta={"domain": d.domain}))
     stats["docs"] = {"kept": len(out), "domains": sorted({u.stratum for u in out})}
     return out
@@ -376,6 +378,9 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                        cfg.chat, cfg.answer_prefix)
     sess = Session(loaded, maps)
     arms = arms if arms is not None else study_arms(cfg, loaded.n_layers)
+    if arms[0].fill != "exact" or arms[0].name != "exact":
+        raise ValueError("the first arm must be Arm('exact', 'exact'): every measure is "
+                         "paired with it")
     stats: dict = {}
     needles = needle_units(loaded.tokenizer, cfg, texts, stats) if "needle" in cfg.instruments else []
     docs = doc_units(loaded.tokenizer, cfg, texts, stats) if "loss" in cfg.instruments else []
@@ -453,11 +458,16 @@ def _override(cfg: EvalConfig, args) -> EvalConfig:
     return replace(cfg, **kw)
 
 
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run(args) -> int:
     what = getattr(args, "what", "study") or "study"
     progress = not getattr(args, "quiet", False)
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)  # on a shared CPU, 1 thread is often fastest
+    signal.signal(signal.SIGTERM, _terminate)  # a killed run still records its session
     if what == "mini":
         out = Path(args.out_dir) if str(args.out_dir) != "results" else Path("out/eval-mini")
         rep = run_mini(out, progress, getattr(args, "device", None))
