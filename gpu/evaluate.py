@@ -23,6 +23,7 @@ import hashlib
 import json
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -467,7 +468,8 @@ def run(args) -> int:
     progress = not getattr(args, "quiet", False)
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)  # on a shared CPU, 1 thread is often fastest
-    signal.signal(signal.SIGTERM, _terminate)  # a killed run still records its session
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)  # a killed run still records its session
     if what == "mini":
         out = Path(args.out_dir) if str(args.out_dir) != "results" else Path("out/eval-mini")
         rep = run_mini(out, progress, getattr(args, "device", None))
