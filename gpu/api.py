@@ -68,6 +68,13 @@ class RidgeFill:
             if "gdn" not in kinds:
                 raise ValueError("--correction applies to Gated DeltaNet layers above the split; "
                                  f"{loaded.name} has none there (drop --correction)")
+            if fill == "identity":
+                raise ValueError("--correction with --fill identity: DeltaM is measured for the "
+                                 "ridge maps; use --fill ridge or drop --correction")
+            if fill == "ridge" and not getattr(maps, "delta_M", None):
+                raise ValueError("--correction needs DeltaM in the map file: refit the maps with "
+                                 "`ridgefill fit --correction`")
+        self.correction = correction
         self.selector = select.make(rows, **(selector_options or {}))
 
     @classmethod
@@ -108,7 +115,7 @@ class RidgeFill:
             selector = None
         return self.engine.prefill(p.ids, plan, self.fill, rescale=self.rescale,
                                    rescale_rows=self.rescale_rows, selector=selector, prompt=p,
-                                   all_logits=all_logits)
+                                   all_logits=all_logits, correction=self.correction)
 
     def generate(self, body: str, question: str = "", *, chat: bool = False,
                  max_new_tokens: int = 32, answer_prefix: str = "") -> Result:
@@ -138,7 +145,7 @@ class RidgeFill:
         if self.selector is not None:
             raise ValueError("cache() takes raw ids; use prefill(prompt) for --rows selectors")
         pre = self.engine.prefill(ids, self.plan(ids.shape[1]), self.fill, rescale=self.rescale,
-                                  rescale_rows=self.rescale_rows)
+                                  rescale_rows=self.rescale_rows, correction=self.correction)
         if pre.visible is not None:
             raise ValueError("--fill none leaves filled rows without late-layer entries, which "
                              "an ordinary cache cannot hide; use RidgeFill.generate instead")

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--max-tokens", type=int, default=40_000, help="calibration tokens in all")
     f.add_argument("--doc-tokens", type=int, default=4096, help="tokens per document at most")
     f.add_argument("--out", required=True, type=Path, help="map file (.safetensors)")
+    f.add_argument("--correction", action="store_true",
+                   help="also measure DeltaM of the terminal-state correction (Gated DeltaNet "
+                        "layers above the split) on the held-out documents")
 
     g = sub.add_parser("generate", help="RidgeFill prefill, then ordinary decoding")
     _model_args(g)
@@ -99,6 +102,7 @@ def _cmd_fit(a) -> int:
 
     opts = FitOptions(a.splits, a.out, a.calib, tuple(a.lambdas or DEFAULT_LAMBDAS),
                       a.max_tokens, a.doc_tokens)
+    opts.correction = a.correction
     loaded = models.load(a.model, device=a.device)
     from .fit import check_options
     check_options(opts, loaded.n_layers)

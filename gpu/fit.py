@@ -6,6 +6,8 @@ streaming fp64 moments (rfmodel.ridge). The pass checkpoints every few documents
 bitwise. lambda is chosen per split on held-out documents by the cosine between the cache
 entries written from the predicted and from the true layer input. Under torchrun each rank
 captures a disjoint share of the documents and the moments are all-reduced before the solve.
+With ``correction``, DeltaM of the terminal-state correction (paper 2.3) is measured for every
+Gated DeltaNet layer above the split on the held-out documents, with the chosen maps.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from rfmodel.ridge import RidgeMoments
 
 from . import corpus
 from .atomic import atomic_path, write_json
+from transformers import DynamicCache
+
 from .engine import Engine
 from .mapfile import save_maps
 from .models import Loaded
@@ -45,6 +49,8 @@ class FitOptions:
     heldout_tokens: int = 2048
     checkpoint_every: int = 4
     seed: int = 0
+    correction: bool = False        # measure DeltaM for the terminal-state correction (2.3)
+    correction_every: int = 512     # one state difference every this many held-out tokens
     log: list[str] = field(default_factory=list)
 
 
@@ -204,8 +210,15 @@ def _all_reduce(dist, moments, unigram, log):
 
 
 def cache_write_cosine(engine: Engine, layer: int, x_pred: torch.Tensor, x_true: torch.Tensor):
-    """Mean per-row cosine of keys and of values written from predicted vs true input (2.2)."""
+    """Mean per-row cosine of keys and of values written from predicted vs true input (2.2).
+    A Gated DeltaNet layer has no per-row cache entry: what a row writes towards its state is
+    scored instead (its key and value projections)."""
     ad = engine.adapter
+    if ad.layer_info(layer).kind == "gdn":
+        norm = ad.input_norm(layer)
+        (kp, vp), (kt, vt) = ad.gdn_writes(layer, norm(x_pred)), ad.gdn_writes(layer, norm(x_true))
+        return tuple(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item()
+                     for a, b in ((kp, kt), (vp, vt)))
     pos = torch.arange(x_true.shape[1])[None]
     cos, sin = ad.rope(x_true, pos, layer)
     norm = ad.input_norm(layer)
@@ -240,9 +253,60 @@ def heldout_scores(engine: Engine, captures, split: int, maps) -> dict[int, tupl
     return out
 
 
+def gdn_layers(engine: Engine, split: int) -> list[int]:
+    """Gated DeltaNet layers above the split: the layers the terminal-state correction covers
+    (layer S itself reads x_S exactly, so its state is exact)."""
+    ad = engine.adapter
+    return [l for l in range(split + 1, ad.n_layers) if ad.layer_info(l).kind == "gdn"]
+
+
+def _prefix_states(engine: Engine, layer: int, x: torch.Tensor, ends: list[int]) -> list[np.ndarray]:
+    """GDN layer ``layer``'s recurrent state (H_v, d_k, d_v) after rows 0..e-1 for each e in
+    ``ends``, the layer's own mixer run over input ``x`` (1, n, d) from an empty state."""
+    ad = engine.adapter
+    cache = DynamicCache(config=engine.model.config)
+    normed = ad.input_norm(layer)(x)
+    states, start = [], 0
+    for e in ends:
+        ad.mix(layer, normed[:, start:e], cache)
+        states.append(cache.layers[layer].recurrent_states[0][0].double().cpu().numpy())
+        start = e
+    return states
+
+
+def terminal_state_shift(engine: Engine, captures, split: int, layer: int, A: np.ndarray,
+                         b: np.ndarray, every: int) -> tuple[np.ndarray, int]:
+    """DeltaM of one GDN layer (paper 2.3): the mean over held-out documents and prefix ends
+    (every ``every`` rows) of exact minus filled state, where the filled state is that of a
+    fully filled prefix (every row's input predicted from x_S by the map, as stored in bf16,
+    the default precision). Returns (DeltaM (H_v, d_k, d_v) float64, number of states)."""
+    p = next(engine.model.parameters())
+    A_t = torch.from_numpy(np.asarray(A, np.float32)).to(torch.bfloat16).to(p.device, p.dtype)
+    b_t = torch.from_numpy(np.asarray(b, np.float32)).to(p.device, p.dtype)
+    total, count = None, 0
+    with torch.inference_mode():
+        for xs in captures:
+            x_true = torch.from_numpy(xs[layer])[None].to(p.device, p.dtype)
+            x_hat = torch.nn.functional.linear(
+                torch.from_numpy(xs[split])[None].to(p.device, p.dtype), A_t, b_t)
+            n = x_true.shape[1]
+            ends = list(range(every, n + 1, every)) or [n]
+            for e, f in zip(_prefix_states(engine, layer, x_true, ends),
+                            _prefix_states(engine, layer, x_hat, ends)):
+                total = e - f if total is None else total + (e - f)
+                count += 1
+    return total / count, count
+
+
 def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Path]:
     """Capture, choose lambda per split on held-out text, write one map file per split."""
     check_options(opts, loaded.n_layers)
+    if opts.correction:
+        for s in opts.splits:
+            if not gdn_layers(Engine(loaded.model), s):
+                raise ValueError(f"--correction measures DeltaM on Gated DeltaNet layers above the "
+                                 f"split; {loaded.name} has none above split {s} (drop "
+                                 "--correction)")
     fit_docs, held_docs = documents(opts)
     t0 = time.perf_counter()
     moments, unigram, log, ckpt = accumulate(loaded, opts, fit_docs, progress)
@@ -286,8 +350,22 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
                        "capture_tokens_per_second": sum(log["docs"].values()) / max(capture_s, 1e-9),
                        "solve_seconds_per_layer": solve_s / (len(opts.lambdas) * len(maps))},
         }
+        delta_M = None
+        if opts.correction:
+            t2 = time.perf_counter()
+            delta_M, states = {}, 0
+            for l in gdn_layers(engine, s):
+                delta_M[l], states = terminal_state_shift(engine, captures, s, l, *maps[l],
+                                                          opts.correction_every)
+            meta["correction"] = {
+                "layers": sorted(delta_M), "documents": [d.doc_id for d in held_docs],
+                "every": opts.correction_every, "states_per_layer": states,
+                "note": "DeltaM = mean exact minus filled (fully filled prefix) recurrent state "
+                        "at prefix ends of the held-out documents, with the chosen maps",
+                "seconds": time.perf_counter() - t2,
+                "delta_M_norm": {str(l): float(np.linalg.norm(d)) for l, d in delta_M.items()}}
         path = output_path(opts.out, s, len(opts.splits))
-        save_maps(path, maps, meta, unigram)
+        save_maps(path, maps, meta, unigram, delta_M=delta_M)
         write_json(path.with_suffix(".json"), meta)
         written[s] = path
     if dist:

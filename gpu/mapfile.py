@@ -25,8 +25,10 @@ GROUP = 128
 
 
 def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], meta: dict,
-              unigram: np.ndarray | None = None) -> Path:
-    """Write ``{layer: (A (d_out, d_in), b)}`` with bf16 and int8 copies; atomically."""
+              unigram: np.ndarray | None = None,
+              delta_M: dict[int, np.ndarray] | None = None) -> Path:
+    """Write ``{layer: (A (d_out, d_in), b)}`` with bf16 and int8 copies; atomically.
+    ``delta_M`` {GDN layer: (H_v, d_k, d_v)}: the terminal-state correction (paper 2.3), fp32."""
     tensors: dict[str, torch.Tensor] = {}
     for layer, (A, b) in sorted(maps.items()):
         A32 = np.ascontiguousarray(A, dtype=np.float32)
@@ -37,6 +39,10 @@ def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], 
         tensors[f"layers.{layer}.bias"] = torch.from_numpy(np.ascontiguousarray(b, np.float32))
     if unigram is not None:
         tensors["unigram_counts"] = torch.from_numpy(np.asarray(unigram, np.int64))
+    for layer, d in sorted((delta_M or {}).items()):
+        tensors[f"layers.{layer}.delta_M"] = torch.from_numpy(np.ascontiguousarray(d, np.float32))
+    if delta_M:
+        meta = {**meta, "delta_M_layers": sorted(int(k) for k in delta_M)}
     meta = {**meta, "format": FORMAT, "software": f"ridgefill {__version__}",
             "layers": sorted(int(k) for k in maps), "sha256": _digest(tensors)}
     with atomic_path(path) as tmp:
@@ -75,6 +81,7 @@ class MapSet:
     dtype: torch.dtype = torch.float32
     device: torch.device = torch.device("cpu")
     unigram: np.ndarray | None = None     # token counts of the calibration text (rarity)
+    delta_M: dict[int, torch.Tensor] = field(default_factory=dict)  # GDN layer -> DeltaM (2.3)
     _ready: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -136,6 +143,7 @@ def load_maps(path: str | Path, *, fingerprint: str | None = None, split: int | 
         raise ValueError(f"map file {path} is corrupted (its tensors do not match the checksum "
                          f"written with them); {fix}")
     missing = [l for l in meta["layers"] if f"layers.{l}.bias" not in tensors]
+    missing += [l for l in meta.get("delta_M_layers", []) if f"layers.{l}.delta_M" not in tensors]
     if missing:
         raise ValueError(f"map file {path} lacks layers {missing}: it is corrupted; {fix}")
     if fingerprint is not None and meta.get("fingerprint") != fingerprint:
@@ -147,5 +155,8 @@ def load_maps(path: str | Path, *, fingerprint: str | None = None, split: int | 
         raise ValueError(f"maps in {path} are for split {meta['split']}, not {split}; "
                          f"use --split {meta['split']} or fit maps for split {split}")
     unigram = tensors.pop("unigram_counts", None)
+    delta_M = {int(l): tensors.pop(f"layers.{l}.delta_M").to(device)
+               for l in meta.get("delta_M_layers", [])}
     return MapSet(int(meta["split"]), meta, tensors, precision, resident, dtype,
-                  torch.device(device), None if unigram is None else unigram.numpy())
+                  torch.device(device), None if unigram is None else unigram.numpy(),
+                  delta_M)

@@ -15,8 +15,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, Qwen3_5TextConfig, Qwen3NextConfig
 
+from gpu.api import RidgeFill
+from gpu.cli import build_parser
 from gpu.engine import Engine
+from gpu.fit import FitOptions, documents, fit
+from gpu.mapfile import load_maps
+from gpu.models import Loaded
 from gpu.plan import Plan
+from gpu_fixtures import byte_tokenizer, calib_dir, tiny_model
 from rfmath.gating import filled_share
 
 FAMILIES = ("qwen3_next", "qwen3_5")
@@ -297,3 +303,73 @@ def test_correction_rho_and_restores_exact_state(family_model, exact_rows):
     # a zero DeltaM changes nothing but the split of the scan at the prefix end (rounding)
     zero = eng.prefill(ids, plan, "ridge", correction={layer: torch.zeros_like(dM)})
     torch.testing.assert_close(zero.logits, plain.logits, rtol=0, atol=1e-4)
+
+
+# ------------------------------------------------------------------ fit, map file, API, CLI
+def _loaded(model, name, path):
+    return Loaded(model, byte_tokenizer(), name, path)
+
+
+def test_fit_with_correction_writes_delta_M_and_generate_applies_it(tmp_path):
+    """`fit(correction=True)` stores DeltaM per GDN layer above the split (layers.{l}.delta_M,
+    with metadata); it equals the mean exact-minus-filled state of the held-out document at
+    every ``correction_every`` rows, recomputed here with the stock model and the stored bf16
+    maps; RidgeFill(correction=True) then applies it (rho reported per layer)."""
+    model = hybrid_model("qwen3_5", seed=2)
+    loaded = _loaded(model, "tiny-qwen3_5", tmp_path)
+    opts = FitOptions([1], tmp_path / "maps.safetensors", str(calib_dir(5, 400)),
+                      lambdas=(1e-3, 1e-1), max_tokens=1200, doc_tokens=300, heldout_docs=1,
+                      heldout_tokens=300, correction=True, correction_every=100)
+    path = fit(loaded, opts, progress=False)[1]
+    maps = load_maps(path, fingerprint=loaded.fingerprint())
+    assert sorted(maps.delta_M) == [2, 3]
+    meta = json.loads(path.with_suffix(".json").read_text())["correction"]
+    assert meta["layers"] == [2, 3] and meta["states_per_layer"] == 3 and meta["every"] == 100
+    assert len(meta["documents"]) == 1
+
+    doc = documents(opts)[1][0]
+    assert meta["documents"] == [doc.doc_id]
+    with torch.inference_mode():
+        ids = loaded.tokenizer(doc.text, return_tensors="pt").input_ids[:, :300]
+        hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+        for layer in (2, 3):
+            x_hat = maps.predict(layer, hs[1])
+            diffs = [stock_states(model, layer, hs[layer][:, :e]).recurrent_states[0][0]
+                     - stock_states(model, layer, x_hat[:, :e]).recurrent_states[0][0]
+                     for e in (100, 200, 300)]
+            ref = torch.stack(diffs).mean(0)
+            got = maps.delta_M[layer]
+            assert got.shape == (HV, DK, DV) and got.dtype == torch.float32
+            assert ref.norm() > 1e-3
+            torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+
+    rf = RidgeFill(loaded, maps, tail=16, correction=True)
+    prompt = rf.prompt(doc.text[:120])
+    pre = rf.prefill(prompt)
+    assert sorted(pre.info["rho"]) == [2, 3]
+    assert rf.generate(doc.text[:120], max_new_tokens=3).new_tokens == 3
+    plain = RidgeFill(loaded, maps, tail=16).prefill(prompt)
+    assert "rho" not in plain.info
+    assert not torch.equal(pre.last_logits, plain.last_logits)
+
+
+def test_correction_errors(tmp_path):
+    """Clear errors: --correction without DeltaM in the maps, with the identity fill, on a
+    model without GDN layers above the split (fit and generate)."""
+    hybrid = _loaded(hybrid_model("qwen3_next", seed=3), "tiny-qwen3_next", tmp_path)
+    no_delta = DenseMaps(1, near_identity_maps(1))
+    no_delta.delta_M = {}
+    with pytest.raises(ValueError, match="refit the maps with `ridgefill fit --correction`"):
+        RidgeFill(hybrid, no_delta, tail=8, correction=True)
+    with pytest.raises(ValueError, match="--fill identity"):
+        RidgeFill(hybrid, None, split=1, fill="identity", tail=8, correction=True)
+    with pytest.raises(ValueError, match="refit the maps"):
+        Engine(hybrid.model, no_delta).prefill(ids_for(20, 0), Plan(20, 1, 4, L), "ridge",
+                                               correction=True)
+    llama = _loaded(tiny_model("llama"), "tiny-llama", tmp_path)
+    with pytest.raises(ValueError, match="has none"):
+        RidgeFill(llama, None, split=1, fill="identity", tail=8, correction=True)
+    with pytest.raises(ValueError, match="has none above split 1"):
+        fit(llama, FitOptions([1], tmp_path / "m.safetensors", str(tmp_path), correction=True))
+    a = build_parser().parse_args(["fit", "--splits", "1", "--out", "m.st", "--correction"])
+    assert a.correction is True
