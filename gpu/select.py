@@ -35,11 +35,14 @@ def query_window(prompt: Prompt, window: int, blind: bool) -> slice:
 
 def lower_received(ctx: Context, rows: slice, layers: list[int]) -> np.ndarray:
     """Attention each row receives from the query ``rows`` in the chosen lower layers,
-    summed over heads (paper 2.4, reference selector)."""
+    summed over heads (paper 2.4, reference selector). Gated DeltaNet layers (hybrids) have
+    no attention to read and are left out (all zeros when no attention layer remains)."""
     ad = ctx.engine.adapter
     total = torch.zeros(ctx.plan.n, dtype=torch.float32)
     pos = torch.arange(rows.start, rows.stop)
     for layer in layers:
+        if ad.layer_info(layer).kind == "gdn":
+            continue
         h = ctx.kept[layer]
         cos, sin = ad.rope(h, pos[None], layer)
         q = ad.queries(layer, ad.input_norm(layer)(h), cos, sin)

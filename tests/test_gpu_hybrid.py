@@ -351,6 +351,11 @@ def test_fit_with_correction_writes_delta_M_and_generate_applies_it(tmp_path):
     plain = RidgeFill(loaded, maps, tail=16).prefill(prompt)
     assert "rho" not in plain.info
     assert not torch.equal(pre.last_logits, plain.last_logits)
+    # the two-sweep probe: GDN layers start from an empty state over the probe rows; the
+    # lower-layer attention budget skips GDN layers (layer 0 here)
+    probe = RidgeFill(loaded, maps, tail=16, rows="probe", correction=True)
+    r = probe.generate(doc.text[:120], max_new_tokens=2)
+    assert r.exact_prefix > 0 and r.filled > 0 and r.new_tokens == 2
 
 
 def test_correction_errors(tmp_path):
