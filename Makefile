@@ -30,7 +30,7 @@ proofs: $(STAMP)
 	$(BIN)/python -m proofs_check
 
 bench: $(STAMP)
-	$(BIN)/ridgefill bench
+	$(BIN)/ridgefill bench --kernels
 
 eval: $(STAMP)
 	$(BIN)/ridgefill eval study
