@@ -19,7 +19,7 @@ from .plan import Plan
 from .prompt import Prompt
 
 REFERENCE_LAYERS = (3, 7, 11, 15)
-ROWS = ("none", "attention", "probe", "protected", "lexical", "random")
+ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
 
 
 def lower_layers(split: int) -> list[int]:
@@ -163,8 +163,10 @@ class ProbeRows(Selector):
     def late_received(self, ctx) -> np.ndarray:
         n, n_p = ctx.plan.n, ctx.plan.n_prefix
         end = ctx.prompt.question_row if self.blind else n
-        probe = torch.arange(max(end - self.probe_window, n_p), end)
         received = torch.zeros(n)
+        if end <= n_p:  # blind, question longer than the tail: no probe row before it
+            return received.numpy().astype(np.float64)
+        probe = torch.arange(max(end - self.probe_window, n_p), end)
         ctx.engine.late(ctx.x_split, ctx.x_split[:, probe], probe, torch.arange(n_p), None,
                         ctx.fill if ctx.fill != "none" else "ridge", base=0, split=ctx.plan.split,
                         received=received)
@@ -180,10 +182,112 @@ class ProbeRows(Selector):
         return np.union1d(rows, special).astype(np.int64)
 
 
+def _runs(rows: np.ndarray) -> list[np.ndarray]:
+    """Sorted rows cut into runs of consecutive rows."""
+    if rows.size == 0:
+        return []
+    return np.split(rows, np.flatnonzero(np.diff(rows) > 1) + 1)
+
+
+@dataclass
+class CombinedRows(Selector):
+    """Every base rule under one row budget (issue 9): ``floor(cap * n_prefix)`` rows at most,
+    filled in priority order by whole units, each completed to its words and digit runs
+    (``complete``) and skipped when it no longer fits, so the cap always holds and no number is
+    ever half exact:
+
+    1. special tokens of the prefix;
+    2. lexical-net runs (sentences sharing a rare 4-word run with the last ``window`` rows),
+       best ranked first;
+    3. digit runs, best ranked first, each with the ``lead`` rows before it (the clause that
+       names the number: "the special magic number for X is:");
+    4. protected rare tokens (rarest ``rare_share`` of the eligible classes), best ranked first;
+    5. the remaining budget by the ranking alone.
+
+    The ranking is lower-layer attention from the last ``window`` rows (``rank="attention"``,
+    nearly free) or the two-sweep probe's late-layer attention (``rank="probe"``: one more
+    late sweep of ``probe_window`` rows). ``blind`` hides the question from every part.
+    """
+
+    cap: float = 0.10
+    rank: str = "attention"
+    lead: int = 12
+    rare_share: float = 0.25
+    max_run: int = 32
+    probe_window: int = 256
+    complete: bool = True
+    parts: tuple = ("special", "lexical", "digits", "protected", "ranked")
+
+    def keep(self, prompt, plan):
+        return {l: query_window(prompt, self.window, self.blind) for l in lower_layers(plan.split)}
+
+    def scores(self, ctx) -> np.ndarray:
+        if self.rank == "probe":
+            return ProbeRows(window=self.window, blind=self.blind,
+                             probe_window=self.probe_window).late_received(ctx)
+        if self.rank != "attention":
+            raise ValueError(f"CombinedRows rank {self.rank!r}: choose 'attention' or 'probe'")
+        return lower_received(ctx, query_window(ctx.prompt, self.window, self.blind),
+                              lower_layers(ctx.plan.split))
+
+    def units(self, ctx, score: np.ndarray) -> list[np.ndarray]:
+        """Candidate units (row arrays) in priority order."""
+        p, n_p = ctx.prompt, ctx.plan.n_prefix
+        n_q = p.question_row if self.blind else p.n
+        sc = score[:n_p]
+
+        def best_first(units):
+            return sorted(units, key=lambda u: (-float(sc[u].max()), int(u[0])))
+
+        out: list[np.ndarray] = []
+        for part in self.parts:
+            if part == "special":
+                out += [np.array([r], np.int64) for r in p.special[p.special < n_p].tolist()]
+            elif part == "lexical":
+                lex = rs.lexical_net(p.text, p.spans[:n_q], min(n_p, n_q), self.window,
+                                     special_rows=p.special[p.special < n_q],
+                                     cap_share=self.cap)
+                out += best_first(_runs(lex[lex < n_p]))
+            elif part == "digits":
+                group = rs.word_groups(list(p.pieces[:n_p]))
+                digits = rs.digit_rows(p.pieces, n_p)
+                runs = []
+                for g in np.unique(group[digits]):
+                    members = np.flatnonzero(group == g)
+                    runs.append(np.arange(max(int(members[0]) - self.lead, 0),
+                                          int(members[-1]) + 1, dtype=np.int64))
+                out += best_first(runs)
+            elif part == "protected":
+                unigram = getattr(ctx.engine.maps, "unigram", None)
+                if unigram is not None:
+                    prot = rs.protected_rows(p.pieces, p.ids[0].numpy(), unigram, n_p,
+                                             self.rare_share)
+                    out += best_first([np.array([r], np.int64) for r in prot.tolist()])
+            elif part == "ranked":
+                order = np.lexsort((np.arange(n_p), -sc))
+                out += [np.array([r], np.int64) for r in order.tolist()]
+            else:
+                raise ValueError(f"CombinedRows part {part!r}: choose from special, lexical, "
+                                 "digits, protected, ranked")
+        return out
+
+    def rows(self, ctx):
+        n_p = ctx.plan.n_prefix
+        budget = int(np.floor(rs._v.unit_share(self.cap, "cap") * n_p + 1e-9))
+        if budget == 0:
+            return np.zeros(0, np.int64)
+        units = self.units(ctx, self.scores(ctx))
+        return rs.combine_units(budget, units, ctx.prompt.pieces if self.complete else None,
+                                n_p, self.max_run)
+
+    def __call__(self, ctx):
+        return self.rows(ctx)  # completion happens unit by unit, inside the budget
+
+
 def make(name: str, **kw) -> Selector | None:
     """A selector by its CLI name (``--rows``)."""
     table = {"attention": AttentionRows, "probe": ProbeRows, "protected": ProtectedRows,
-             "lexical": LexicalRows, "random": RandomRows}
+             "lexical": LexicalRows, "combined": CombinedRows, "random": RandomRows}
     if name == "none":
         return None
     if name not in table:

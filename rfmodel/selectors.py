@@ -45,6 +45,7 @@ __all__ = [
     "word_groups",
     "complete_spans",
     "combine",
+    "combine_units",
     "lexical_net",
     "SPAN_BACKENDS",
 ]
@@ -300,3 +301,40 @@ def combine(budget: int, *ranked_lists) -> np.ndarray:
                 break
             chosen.setdefault(int(r), None)
     return np.array(sorted(chosen), dtype=np.int64)
+
+
+def combine_units(budget: int, units, pieces: list[str] | None, n_prefix: int,
+                  max_run: int = 32) -> np.ndarray:
+    """Union of row units (arrays, in priority order) under one budget, each unit completed to
+    its words and digit runs (:func:`word_groups`, words up to ``max_run`` rows) when
+    ``pieces`` is given. A unit whose completed new rows no longer fit is skipped whole (a
+    later, smaller one may still fit), so the result never exceeds ``budget`` and never holds
+    part of a completed word. Returns sorted unique int64 prefix rows."""
+    b = _v.integer(budget, "budget", minimum=0)
+    n_p = _prefix(n_prefix)
+    m = _v.integer(max_run, "max_run", minimum=1)
+    chosen = np.zeros(n_p, dtype=np.bool_)
+    total = 0
+    if pieces is not None:
+        group = word_groups(_pieces(pieces, n_p)[:n_p])
+        size = np.bincount(group) if n_p else np.zeros(0, np.int64)
+        first = np.searchsorted(group, np.arange(size.shape[0]))
+    for i, unit in enumerate(units):
+        if total >= b:
+            break
+        u = np.asarray(unit)
+        if u.size and (u.ndim != 1 or u.dtype.kind not in "iu" or u.min() < 0):
+            raise ValueError(f"units[{i}] must be a 1-D array of non-negative row indices.")
+        u = u[u < n_p]
+        if pieces is not None and u.size:
+            parts = [u]
+            for g in np.unique(group[u]):
+                if size[g] <= m:
+                    parts.append(np.arange(first[g], first[g] + size[g]))
+            u = np.concatenate(parts)
+        new = np.unique(u[~chosen[u]]) if u.size else u
+        if new.size == 0 or total + new.size > b:
+            continue
+        chosen[new] = True
+        total += new.size
+    return np.flatnonzero(chosen).astype(np.int64)
