@@ -1,0 +1,309 @@
+"""The selector study of issue 9: which exact prefix rows keep filled-region retrieval.
+
+``python -m gpu.selector_study --models smollm2-135m --samples 8`` runs, through the
+evaluation harness (gpu.evaluate.evaluate_model, resumable JSONL journal under
+``results/selectors/<model>/records.jsonl``), the needle instrument on filled-region samples
+(eval-role haystacks the calibration never saw) for these arms at the primary split, tail 512:
+
+* exact; RidgeFill alone;
+* RidgeFill + each selector of gpu.select with span completion (attention 10%, probe,
+  protected, lexical, combined at a 10% cap), each with its exact-row share recorded;
+* beside the candidate default (``--default``, combined): count-matched random rows, the
+  same count added to the tail, and the question-blind variant.
+
+Then it times each arm's prefill alone (time to first token without decoding) on a few
+samples, and replays each selector's rows through gpu.select.FixedRows to isolate the
+selector's own cost; and writes ``results/selectors/summary.{json,md}`` and
+``retrieval_vs_share.png``: retrieval vs exact-row share per selector, paired bootstrap
+intervals (rfmath.stats, within task) against exact, RidgeFill alone and the controls, the
+binomial floor, the MAC-ceiling speedup beside the measured one, and the sample counts,
+command, seed and wall time. A run that stops early is labelled partial.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rfmath.stats import binomial_floor
+
+from . import evaluate as ev
+from . import models, report, select
+from .atomic import write_json, write_text
+from .instruments import Arm, Session
+
+SELECTORS = {  # name -> (gpu.select name, options)
+    "attention": ("attention", (("complete", True), ("share", 0.10))),
+    "probe": ("probe", (("complete", True),)),
+    "protected": ("protected", (("complete", True),)),
+    "lexical": ("lexical", (("complete", True),)),
+    "combined": ("combined", (("cap", 0.10),)),
+}
+MAPS = {"smollm2-135m": Path("~/.cache/ridgefill/maps/smollm2-135m-s11.safetensors")}
+
+
+def arms_for(split: int, tail: int, default: str = "combined",
+             selectors: tuple[str, ...] = tuple(SELECTORS)) -> list[Arm]:
+    arms = [Arm("exact", "exact", label="exact"),
+            Arm(f"ridge@{split}", "ridge", split, tail, label="RidgeFill")]
+    for name in selectors:
+        rows, opts = SELECTORS[name]
+        base = f"ridge+{name}@{split}"
+        arms.append(Arm(base, "ridge", split, tail, rows, options=opts,
+                        label=f"RidgeFill + {name} rows"))
+        if name == default:
+            arms += [Arm(f"{base}/random", "ridge", split, tail, rows, control="random", of=base,
+                         options=opts, label=f"  control: random rows, count of {name}"),
+                     Arm(f"{base}/tail", "ridge", split, tail, rows, control="tail", of=base,
+                         options=opts, label="  control: same count added to the tail"),
+                     Arm(f"{base}/blind", "ridge", split, tail, rows, blind=True, options=opts,
+                         label=f"  control: {name} rows, question hidden")]
+    return arms
+
+
+# ----------------------------------------------------------------------------- timing
+def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
+                     selector=None, repeats: int = 2) -> tuple[float, object]:
+    """Best of ``repeats`` wall times of one prefill (the first token's logits included)."""
+    best, pre = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        if selector is None:
+            pre = sess.prefill(arm, prompt, count=count, seed=seed, last_only=True)
+        else:
+            from .plan import Plan
+            plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
+            pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
+                                                 prompt=prompt, all_logits=False)
+        int(pre.last_logits.argmax())
+        best = min(best, time.perf_counter() - t0)
+    return best, pre
+
+
+@torch.inference_mode()
+def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
+    """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); for selector arms
+    also the same rows replayed through FixedRows (the selector's own cost = difference)."""
+    out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
+    for u in units[:n_units]:
+        counts: dict[str, int] = {}
+        for arm in arms:
+            s, pre = _prefill_seconds(sess, arm, u.prompt, counts.get(arm.of, 0), u.seed)
+            out[arm.name]["prefill"].append(s)
+            out[arm.name]["macs_share"].append(sess.macs_share(arm, pre, u.prompt.n))
+            if pre.plan is not None:
+                counts[arm.name] = int(pre.plan.exact_rows.size)
+            if arm.selects:
+                fixed = select.FixedRows(given=pre.plan.exact_rows.cpu().numpy())
+                r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
+                out[arm.name]["replay"].append(r)
+    res = {}
+    for name, d in out.items():
+        res[name] = {k: (float(np.mean(v)) if v and v[0] is not None else None)
+                     for k, v in d.items()}
+    return res
+
+
+# ----------------------------------------------------------------------------- summary
+def summarize(rep: dict, timing: dict, arms: list[Arm], default: str, meta: dict) -> dict:
+    needles = rep["needles"]
+    names = [a.name for a in arms]
+    S = arms[1].split
+    n = needles["arms"]["exact"]["n"] if "exact" in needles.get("arms", {}) else 0
+    rows = []
+    t_exact = timing.get("exact", {}).get("prefill")
+    for a in arms:
+        x = needles["arms"].get(a.name)
+        if x is None:
+            continue
+        t = timing.get(a.name, {})
+        macs = t.get("macs_share") or x.get("macs_share")
+        sel_cost = (t["prefill"] - t["replay"]) if t.get("replay") is not None else None
+        rows.append({
+            "arm": a.name, "label": a.label.strip(), "n": x["n"], "retrieval": x["score"],
+            "all_found": x["correct"], "exact_row_share": x["exact_row_share"],
+            "needle_rows_exact": x["needle_rows_exact"], "macs_share": macs,
+            "vs_exact": x["vs_exact"],
+            "prefill_seconds": t.get("prefill"), "replay_seconds": t.get("replay"),
+            "selector_seconds": sel_cost,
+            "speedup": (t_exact / t["prefill"]) if t_exact and t.get("prefill") else None,
+            "mac_ceiling": (1.0 / macs) if macs else None,
+        })
+    for r in rows:
+        if r["speedup"] and r["mac_ceiling"]:
+            r["share_of_ceiling"] = r["speedup"] / r["mac_ceiling"]
+    con = {(c["a"], c["b"]): c.get("retrieval") for c in rep.get("contrasts", [])}
+    d = f"ridge+{default}@{S}"
+    checks = {
+        "default_vs_exact": needles["arms"].get(d, {}).get("vs_exact"),
+        "default_vs_ridge": con.get((d, f"ridge@{S}")),
+        "default_vs_random": con.get((d, f"{d}/random")),
+        "default_vs_tail": con.get((d, f"{d}/tail")),
+        "default_vs_blind": con.get((d, f"{d}/blind")),
+    }
+    per_sel = {a.name: con.get((a.name, f"ridge@{S}")) for a in arms if a.selects}
+    return {"rows": rows, "checks": checks, "selector_vs_ridge": per_sel,
+            "binomial_floor_points": binomial_floor(n) if n else None, "samples": n,
+            "by_task": {k: v for k, v in needles.get("by_stratum", {}).items() if k in names},
+            "default_candidate": d, **meta}
+
+
+def _fmt_iv(iv) -> str:
+    if not iv or iv.get("low") is None:
+        return "-"
+    return f"{iv['estimate']:+.1f} [{iv['low']:+.1f}, {iv['high']:+.1f}]"
+
+
+def _pct(x, nd=1):
+    return "-" if x is None else f"{100 * x:.{nd}f}%"
+
+
+def _num(x, nd=2):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def markdown(summ: dict) -> str:
+    L = [f"# Selector study (issue 9){' — PARTIAL RUN' if summ['partial'] else ''}", "",
+         f"Model {summ['model']}, split {summ['split']}, tail {summ['tail']}, prompt lengths "
+         f"{summ['lengths']}, tasks {summ['tasks']}, {summ['samples']} filled-region samples in "
+         f"all (seed {summ['seed']}); needles from eval-role haystacks (never calibration). "
+         f"Maps: {summ['maps']}.", "",
+         f"Command: `{summ['command']}`  ", f"Wall time: {summ['wall_seconds']:.0f} s "
+         f"(needles) + {summ['timing_seconds']:.0f} s (timing), on {summ['device']} with "
+         f"{summ['threads']} torch threads (a shared 2-core CPU: times are noisy).", "",
+         f"Binomial floor for n = {summ['samples']}: {_num(summ['binomial_floor_points'], 1)} "
+         "points (a paired interval cannot be tighter than this on the lower side when every "
+         "sample succeeds).", "",
+         "| arm | n | retrieval | vs exact (pts, 95% paired CI) | exact-row share | needle rows exact "
+         "| MAC share | prefill s | selector s | speedup / MAC ceiling |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summ["rows"]:
+        sp = (f"{r['speedup']:.2f}x / {r['mac_ceiling']:.2f}x" if r.get("speedup") and
+              r.get("mac_ceiling") else "-")
+        L.append(f"| {r['label']} (`{r['arm']}`) | {r['n']} | {_num(r['retrieval'], 1)} | "
+                 f"{_fmt_iv(r['vs_exact'])} | {_pct(r['exact_row_share'])} | "
+                 f"{_pct(r['needle_rows_exact'], 0)} | {_pct(r['macs_share'])} | "
+                 f"{_num(r['prefill_seconds'])} | {_num(r['selector_seconds'])} | {sp} |")
+    L += ["", "## The default candidate against its controls (retrieval, points, paired 95% CI)", ""]
+    for k, iv in summ["checks"].items():
+        L.append(f"- {k.replace('_', ' ')}: {_fmt_iv(iv)}")
+    L += ["", "## Each selector against RidgeFill alone", ""]
+    for k, iv in summ["selector_vs_ridge"].items():
+        L.append(f"- `{k}`: {_fmt_iv(iv)}")
+    L += ["", "## Retrieval by task", "", "| arm | " + " | ".join(summ["strata"]) + " |",
+          "|---|" + "---|" * len(summ["strata"])]
+    for a, d in summ["by_task"].items():
+        L.append(f"| `{a}` | " + " | ".join(_num(d.get(s), 1) for s in summ["strata"]) + " |")
+    L += ["", "Selector seconds = prefill with the selector minus the same prefill with its rows "
+          "replayed (gpu.select.FixedRows): the selector's own cost in the time to first token. "
+          "Speedup = exact prefill time / arm prefill time; MAC ceiling = 1 / MAC share "
+          "(rfmath.cost). At 2K on a 135M model on a CPU the speedup is far from the ceiling "
+          "for every arm (fixed costs dominate); the 4K target is not measured here.", "",
+          "Novel-token and key-token loss were not run in this study (see the report of the "
+          "harness for RidgeFill alone); they need the documents instrument.", ""]
+    if summ.get("notes"):
+        L += ["## Notes", ""] + [f"- {n}" for n in summ["notes"]] + [""]
+    return "\n".join(L)
+
+
+def plot(summ: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for r in summ["rows"]:
+        share = r["exact_row_share"] or 0.0
+        y = r["retrieval"]
+        if y is None:
+            continue
+        iv = r["vs_exact"]
+        ax.scatter(100 * share, y, s=40)
+        ax.annotate(r["arm"].replace(f"@{summ['split']}", ""),
+                    (100 * share, y), fontsize=7, xytext=(4, 2), textcoords="offset points")
+        if iv and iv.get("low") is not None:
+            ex = summ["rows"][0]["retrieval"]
+            ax.errorbar(100 * share, y, yerr=[[y - (ex + iv["low"])], [(ex + iv["high"]) - y]],
+                        fmt="none", lw=0.8, alpha=0.6)
+    ax.axvline(10, ls="--", lw=0.8, color="grey")
+    ax.set_xlabel("exact prefix rows (% of prefix)")
+    ax.set_ylabel("filled-region retrieval (RULER score, %)")
+    ax.set_title(f"{summ['model']} {summ['lengths']} tail {summ['tail']}, n={summ['samples']}"
+                 f"{' (partial)' if summ['partial'] else ''}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gpu.selector_study", description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="+", default=["smollm2-135m"])
+    p.add_argument("--samples", type=int, default=8)
+    p.add_argument("--lengths", type=int, nargs="+", default=[2048])
+    p.add_argument("--tasks", nargs="+", default=["niah_single_1", "niah_multikey_1"])
+    p.add_argument("--selectors", nargs="+", default=list(SELECTORS), choices=list(SELECTORS))
+    p.add_argument("--default", default="combined", choices=list(SELECTORS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--timing-units", type=int, default=2)
+    p.add_argument("--maps", default=None, help="map file (default: the cached fitted maps)")
+    p.add_argument("--out-dir", type=Path, default=Path("results/selectors"))
+    p.add_argument("--device", default=None)
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    command = "python -m gpu.selector_study " + " ".join(sys.argv[1:] if argv is None else argv)
+    from .mapfile import load_maps
+
+    for name in a.models:
+        t0 = time.time()
+        loaded = models.load(name, device=a.device)
+        preset = ev.study_config(loaded.name, loaded.n_layers)
+        S, T = preset.splits[0], preset.tail
+        cfg = replace(preset, splits=(S,), needles={n: tuple(a.tasks) for n in a.lengths},
+                      samples=a.samples, seed=a.seed, instruments=("needle",))
+        maps = None
+        mp = Path(a.maps).expanduser() if a.maps else MAPS.get(name, Path("-")).expanduser()
+        if mp.is_file():
+            maps = {S: load_maps(mp, fingerprint=loaded.fingerprint(), split=S,
+                                 dtype=loaded.model.dtype, device=loaded.model.device)}
+        arms = arms_for(S, T, a.default, tuple(a.selectors))
+        finished = False
+        try:
+            rep = ev.evaluate_model(loaded, cfg, a.out_dir, ev.CorpusTexts(), maps=maps,
+                                    command=command, progress=not a.quiet, preset=preset, arms=arms)
+            finished = True
+        finally:
+            wall = time.time() - t0
+        t1 = time.time()
+        sess = Session(loaded, maps or ev.ensure_maps(loaded, cfg, a.out_dir / loaded.name))
+        units = ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
+        timing = time_arms(sess, units, arms, a.timing_units) if a.timing_units else {}
+        meta = {"model": name, "split": S, "tail": T, "lengths": a.lengths, "tasks": a.tasks,
+                "seed": a.seed, "command": command, "wall_seconds": wall,
+                "timing_seconds": time.time() - t1, "device": str(loaded.model.device),
+                "threads": torch.get_num_threads(), "maps": str(mp) if maps else "fitted by the harness",
+                "partial": bool(rep.get("partial")) or not finished or a.samples < 20,
+                "strata": rep["needles"].get("strata", []),
+                "timing_units": min(a.timing_units, len(units)),
+                "notes": [f"{a.samples} samples per task and length (the harness's minimum is "
+                          f"20): a partial run, sized to a shared 2-core CPU."] if a.samples < 20 else []}
+        summ = summarize(rep, timing, arms, a.default, meta)
+        root = a.out_dir / name
+        write_json(root / "summary.json", summ)
+        write_text(root / "summary.md", markdown(summ))
+        plot(summ, root / "retrieval_vs_share.png")
+        print(f"{name}: {summ['samples']} samples -> {root}/summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
