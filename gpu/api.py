@@ -44,7 +44,7 @@ class RidgeFill:
     configuration; every decoding step runs the full model."""
 
     def __init__(self, loaded: models.Loaded, maps: MapSet | None = None, *, split: int | None = None,
-                 tail: int = 512, fill: str = "ridge", rows: str = "none",
+                 tail: int = 512, fill: str = "ridge", rows: str | None = None,
                  rescale: str | None = None, rescale_rows: int = 512, correction: bool = False,
                  selector_options: dict | None = None):
         if fill not in FILLS:
@@ -75,6 +75,8 @@ class RidgeFill:
                 raise ValueError("--correction needs DeltaM in the map file: refit the maps with "
                                  "`ridgefill fit --correction`")
         self.correction = correction
+        self.rows_default = rows is None  # the measured default (select.DEFAULT_ROWS)
+        self.rows = rows = select.DEFAULT_ROWS if rows is None else rows
         self.selector = select.make(rows, **(selector_options or {}))
 
     @classmethod
@@ -140,10 +142,13 @@ class RidgeFill:
     def cache(self, input_ids: torch.Tensor):
         """RidgeFill prefill of ``input_ids[:, :-1]`` as an ordinary transformers cache, so
         ``model.generate(input_ids, past_key_values=cache)`` decodes the way users already do
-        (the last prompt token then runs as the first full-depth step)."""
+        (the last prompt token then runs as the first full-depth step). Raw ids carry no
+        text, so the default row selector is not applied (rows='none' here)."""
         ids = input_ids[:, :-1]
-        if self.selector is not None:
+        if self.selector is not None and not self.rows_default:
             raise ValueError("cache() takes raw ids; use prefill(prompt) for --rows selectors")
+        # raw ids carry no text to select from: the default selector is not applied here
+        # (every prefix row filled); prefill(prompt) / generate() apply it
         pre = self.engine.prefill(ids, self.plan(ids.shape[1]), self.fill, rescale=self.rescale,
                                   rescale_rows=self.rescale_rows, correction=self.correction)
         if pre.visible is not None:

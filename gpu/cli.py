@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .engine import FILLS
-from .select import ROWS
+from .select import DEFAULT_ROWS, ROWS
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,9 @@ def _prefill_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", type=int, help="split layer S (default: the maps' split)")
     p.add_argument("--tail", type=int, default=512, help="exact tail length T (default 512)")
     p.add_argument("--fill", choices=FILLS, default="ridge")
-    p.add_argument("--rows", choices=ROWS, default="none", help="exact prefix rows selector")
+    p.add_argument("--rows", choices=ROWS, default=DEFAULT_ROWS,
+                   help=f"exact prefix rows selector (default {DEFAULT_ROWS}, chosen by the "
+                        "selector study in results/selectors/)")
     p.add_argument("--rescale", choices=("values", "keys", "none"), default="none")
     p.add_argument("--correction", action="store_true",
                    help="terminal-state correction on Gated DeltaNet layers")

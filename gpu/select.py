@@ -20,6 +20,7 @@ from .prompt import Prompt
 
 REFERENCE_LAYERS = (3, 7, 11, 15)
 ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
+DEFAULT_ROWS = "combined"  # chosen by measurement: results/selectors/ (issue 9)
 
 
 def lower_layers(split: int) -> list[int]:
