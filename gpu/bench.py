@@ -9,6 +9,7 @@ memory of each arm over its baseline, the maps' size, and the cost of one exact 
 """
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import threading
@@ -219,6 +220,7 @@ def run(args) -> int:
     info = {"command": "ridgefill bench " + " ".join(args.models), "machine": platform.platform(),
             "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
+            "load_average_after": os.getloadavg(),
             "records": records}
     write_json(out / "bench.json", info)
     plot(records, out / "bench.png")
