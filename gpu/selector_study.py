@@ -100,7 +100,7 @@ def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
             if pre.plan is not None:
                 counts[arm.name] = int(pre.plan.exact_rows.size)
             if arm.selects:
-                fixed = select.FixedRows(given=pre.plan.exact_rows.cpu().numpy())
+                fixed = select.FixedRows(given=np.asarray(pre.plan.exact_rows))
                 r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
                 out[arm.name]["replay"].append(r)
     res = {}
@@ -175,7 +175,8 @@ def markdown(summ: dict) -> str:
          f"all (seed {summ['seed']}); needles from eval-role haystacks (never calibration). "
          f"Maps: {summ['maps']}.", "",
          f"Command: `{summ['command']}`  ", f"Wall time: {summ['wall_seconds']:.0f} s "
-         f"(needles) + {summ['timing_seconds']:.0f} s (timing), on {summ['device']} with "
+         f"(needles, every session of the journal) + {summ['timing_seconds']:.0f} s (timing of "
+         f"{summ.get('timing_units', 1)} sample per arm, best of 2), on {summ['device']} with "
          f"{summ['threads']} torch threads (a shared 2-core CPU: times are noisy).", "",
          f"Binomial floor for n = {summ['samples']}: {_num(summ['binomial_floor_points'], 1)} "
          "points (a paired interval cannot be tighter than this on the lower side when every "
@@ -283,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
             finished = True
         finally:
             wall = time.time() - t0
+        from .journal import Journal  # every session of the journal: a resumed run counts all
+        sessions = [r for r in Journal(a.out_dir / loaded.name / "records.jsonl").records()
+                    if r.get("instrument") == "session"]
+        wall = sum(r.get("wall_seconds", 0.0) for r in sessions) or wall
         t1 = time.time()
         sess = Session(loaded, maps or ev.ensure_maps(loaded, cfg, a.out_dir / loaded.name))
         units = ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
