@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", type=Path, help="file holding the prompt text")
     g.add_argument("--question", default="", help="question appended at the end of the prompt")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    g.add_argument("--answer-prefix", default="",
+                   help="text the answer starts with (base models, as RULER prefills it)")
     g.add_argument("--max-new-tokens", type=int, default=32)
     g.add_argument("--json", action="store_true", help="print a JSON record")
 
@@ -134,7 +136,8 @@ def _cmd_generate(a) -> int:
                         resident=not a.stream_maps, split=a.split, tail=a.tail, fill=a.fill,
                         rows=a.rows, rescale=None if a.rescale == "none" else a.rescale,
                         correction=a.correction)
-    r = rf.generate(_read_prompt(a), a.question, chat=a.chat, max_new_tokens=a.max_new_tokens)
+    r = rf.generate(_read_prompt(a), a.question, chat=a.chat, max_new_tokens=a.max_new_tokens,
+                    answer_prefix=a.answer_prefix)
     if a.json:
         print(json.dumps(r.to_dict(), indent=2))
     else:

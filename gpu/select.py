@@ -34,16 +34,27 @@ def query_window(prompt: Prompt, window: int, blind: bool) -> slice:
     return slice(max(end - window, 0), end)
 
 
+def keep_lower(prompt: Prompt, plan: Plan, window: int, blind: bool) -> dict[int, slice]:
+    """The query rows' inputs of every layer below the split (a few KB each), so that
+    lower_received can fall back to a global layer the reference set lacks."""
+    return {l: query_window(prompt, window, blind) for l in range(plan.split)}
+
+
 def lower_received(ctx: Context, rows: slice, layers: list[int]) -> np.ndarray:
     """Attention each row receives from the query ``rows`` in the chosen lower layers,
     summed over heads (paper 2.4, reference selector). Gated DeltaNet layers (hybrids) have
-    no attention to read and are left out (all zeros when no attention layer remains)."""
+    no attention to read, and sliding-window layers (gemma3) neither reach the prefix from the
+    last rows nor keep the keys they dropped: both are left out, and when none of ``layers``
+    remains the global attention layer just below the split is read instead (all zeros when
+    there is none)."""
     ad = ctx.engine.adapter
     total = torch.zeros(ctx.plan.n, dtype=torch.float32)
     pos = torch.arange(rows.start, rows.stop)
-    for layer in layers:
-        if ad.layer_info(layer).kind == "gdn":
-            continue
+    usable = [l for l in layers if ad.layer_info(l).kind == "attention"]
+    if not usable:
+        below = [l for l in range(ctx.plan.split) if ad.layer_info(l).kind == "attention"]
+        usable = below[-1:]
+    for layer in usable:
         h = ctx.kept[layer]
         cos, sin = ad.rope(h, pos[None], layer)
         q = ad.queries(layer, ad.input_norm(layer)(h), cos, sin)
@@ -85,7 +96,7 @@ class AttentionRows(Selector):
     share: float = 0.10
 
     def keep(self, prompt, plan):
-        return {l: query_window(prompt, self.window, self.blind) for l in lower_layers(plan.split)}
+        return keep_lower(prompt, plan, self.window, self.blind)
 
     def rows(self, ctx):
         received = lower_received(ctx, query_window(ctx.prompt, self.window, self.blind),
@@ -150,7 +161,7 @@ class ProbeRows(Selector):
     factor: float = 1.0
 
     def keep(self, prompt, plan):
-        return {l: query_window(prompt, self.window, self.blind) for l in lower_layers(plan.split)}
+        return keep_lower(prompt, plan, self.window, self.blind)
 
     def budget(self, ctx) -> int:
         p, n_p = ctx.prompt, ctx.plan.n_prefix
@@ -220,7 +231,7 @@ class CombinedRows(Selector):
     parts: tuple = ("special", "lexical", "digits", "protected", "ranked")
 
     def keep(self, prompt, plan):
-        return {l: query_window(prompt, self.window, self.blind) for l in lower_layers(plan.split)}
+        return keep_lower(prompt, plan, self.window, self.blind)
 
     def scores(self, ctx) -> np.ndarray:
         if self.rank == "probe":
