@@ -31,13 +31,19 @@ def _f(x):
 
 
 def interval(x, y, strata) -> dict | None:
-    """Paired bootstrap of mean(x - y) over the pairs where both are finite."""
+    """Paired bootstrap of mean(x - y) over the pairs where both are finite, resampled
+    within strata; when a stratum holds a single pair (which resampling could never vary)
+    the pairs are resampled together instead, and ``stratified`` says so."""
     x, y, strata = np.asarray(x, float), np.asarray(y, float), np.asarray(strata)
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() == 0:
         return None
-    iv = paired_bootstrap(x[ok], y[ok], strata=strata[ok], resamples=RESAMPLES, seed=0)
-    return {"estimate": _f(iv.estimate), "low": _f(iv.low), "high": _f(iv.high), "n": iv.n}
+    labels = strata[ok]
+    stratified = bool(np.unique(labels, return_counts=True)[1].min() >= 2) or ok.sum() == 1
+    iv = paired_bootstrap(x[ok], y[ok], strata=labels if stratified else None,
+                          resamples=RESAMPLES, seed=0)
+    return {"estimate": _f(iv.estimate), "low": _f(iv.low), "high": _f(iv.high), "n": iv.n,
+            "stratified": stratified}
 
 
 def _verdict(iv: dict | None, sign: int = 1) -> str:
@@ -270,9 +276,10 @@ def findings(con: list[dict], ni: list[dict], meta: dict) -> list[dict]:
         c = find.get((base, f"{base}/random"), {})
         beat = _verdict(c.get("retrieval"))
         nt = next((t for t in ni if t["a"] == base and t["b"] == "exact"), None)
+        vs = meta["_needles"]["arms"].get(base, {}).get("vs_exact") if meta.get("_needles") else None
         restore = ("not measured" if nt is None else "confirmed" if nt["passed"] else
-                   "refuted" if nt["estimate"] is not None and nt["estimate"] < -MARGIN_EXACT
-                   and (c.get("retrieval") or {}).get("n", 0) >= 20 else "inconclusive")
+                   "refuted" if vs and vs["high"] is not None and vs["high"] < -MARGIN_EXACT
+                   else "inconclusive")
         status = ("confirmed" if beat == restore == "confirmed" else
                   "refuted" if "refuted" in (beat, restore) else
                   "not measured" if beat == restore == "not measured" else "inconclusive")
@@ -329,7 +336,7 @@ def aggregate(records: list[dict], meta: dict) -> dict:
     con = contrasts(needles, docs, meta)
     ni = noninferiority(needles, meta)
     spl = splices(needles, docs, meta)
-    fnd = findings(con, ni, {**meta, "_splices": spl, "_docs": docs})
+    fnd = findings(con, ni, {**meta, "_splices": spl, "_docs": docs, "_needles": needles})
     cfg, minimum = meta["config"], meta["config"]["minimum"]
     sets = meta.get("sample_sets", {})
     short = [k for k, v in sets.items() if k != "docs" and v["kept"] < minimum["samples"]]
@@ -344,6 +351,9 @@ def aggregate(records: list[dict], meta: dict) -> dict:
     preset = meta.get("preset")
     if preset and {str(k) for k in preset["needles"]} != set(cfg["needles"]):
         reasons.append(f"needle lengths {sorted(cfg['needles'])} of {sorted(preset['needles'])}")
+    if preset and "loss" in cfg["instruments"] and preset["loss_length"] != cfg["loss_length"]:
+        reasons.append(f"documents of {cfg['loss_length']} tokens (the study: "
+                       f"{preset['loss_length']})")
     if preset and set(preset["instruments"]) - set(cfg["instruments"]):
         reasons.append(f"instruments {cfg['instruments']} of {preset['instruments']}")
     clean = lambda d: {k: v for k, v in d.items() if not k.startswith("_")}  # noqa: E731

@@ -14,7 +14,9 @@ def _num(x, fmt="{:+.3f}"):
 def _iv(iv, fmt="{:+.3f}"):
     if not iv or iv.get("estimate") is None:
         return "-"
-    return f"{fmt.format(iv['estimate'])} [{fmt.format(iv['low'])}, {fmt.format(iv['high'])}]"
+    star = "" if iv.get("stratified", True) else "*"
+    return (f"{fmt.format(iv['estimate'])} [{fmt.format(iv['low'])}, "
+            f"{fmt.format(iv['high'])}]{star}")
 
 
 def _pct(x):
@@ -56,8 +58,9 @@ def markdown(rep: dict) -> str:
              f"{c['loss_records']} document runs on {c['documents']} documents; "
              f"{c['sessions']} session(s), wall time {rep['wall_seconds'] / 60:.1f} min")
     L.append("- intervals: 95% paired percentile bootstrap (10,000 resamples) within task/length "
-             "or domain; non-inferiority: one-sided 95% bound, the lower of bootstrap and "
-             "binomial floor -100(1-0.05^(1/n))\n")
+             "or domain (pooled where a stratum holds a single pair, marked *); "
+             "non-inferiority: one-sided 95% bound, the lower of bootstrap and binomial floor "
+             "-100(1-0.05^(1/n))\n")
 
     nd = rep["needles"]
     if nd:
@@ -122,7 +125,9 @@ def markdown(rep: dict) -> str:
     for f in rep["findings"]:
         iv = f.get("interval")
         n = f", n = {iv['n']}" if iv else ""
-        L.append(f"- **{f['status']}** - {f['finding']} ({f['contrast']}: {_iv(iv)}{n})")
+        parts = (f"; beats random rows: {f['beats_random']}, restores retrieval: {f['restores']}"
+                 if "restores" in f else "")
+        L.append(f"- **{f['status']}** - {f['finding']} ({f['contrast']}: {_iv(iv)}{n}{parts})")
     L.append("")
     est = rep.get("estimate_full_grid")
     if est:

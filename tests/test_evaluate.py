@@ -197,7 +197,9 @@ def test_needle_instrument_scores_the_decoded_answer(mini, monkeypatch):
 def test_bootstrap_and_noninferiority_on_known_data():
     x = np.array([1.0, 2, 3, 4, 5, 6])
     iv = report.interval(x + 0.5, x, ["a"] * 3 + ["b"] * 3)
-    assert iv == {"estimate": 0.5, "low": 0.5, "high": 0.5, "n": 6}
+    assert iv == {"estimate": 0.5, "low": 0.5, "high": 0.5, "n": 6, "stratified": True}
+    iv = report.interval([1.0, 5, 2], [0.0, 0, 0], ["a", "b", "c"])  # singleton strata: pooled
+    assert not iv["stratified"] and iv["low"] < iv["estimate"] < iv["high"]
     iv = report.interval([1.0, np.nan, 3], [0.0, 0.0, np.nan], ["a", "a", "a"])
     assert iv["n"] == 1 and iv["estimate"] == 1.0  # only complete pairs count
     rng = np.random.default_rng(0)
