@@ -74,6 +74,34 @@ def check_family(name: str, device: str, dtype: torch.dtype, n: int = 48, split:
     }
 
 
+def check_selectors(device: str, n: int = 96, split: int = 2, tail: int = 16) -> dict:
+    """The row selectors run on the device and choose the rows they choose on the CPU."""
+    from . import select
+    from .prompt import Prompt
+
+    cls, cfg = FAMILIES["llama"]
+    torch.manual_seed(0)
+    ids = torch.randint(3, cfg.vocab_size, (1, n))
+    pieces = [f"\u0120w{int(t)}" if i % 3 else str(int(t) % 10) for i, t in enumerate(ids[0])]
+    text = "".join(p.replace("\u0120", " ") for p in pieces)
+    ends = np.cumsum([len(p) for p in pieces])
+    spans = np.stack([ends - [len(p) for p in pieces], ends], 1).astype(np.int64)
+    prompt = Prompt(ids, text, spans, pieces, np.zeros(0, np.int64), n - 8)
+    out = {}
+    for name, sel in {"attention": select.AttentionRows(), "probe": select.ProbeRows(),
+                      "combined": select.CombinedRows(), "attention_blind":
+                      select.AttentionRows(blind=True)}.items():
+        rows = {}
+        for dev in ("cpu", device):
+            model = cls(cfg).to(dev, torch.float32).eval()
+            eng = Engine(model, Identity(split, cfg.hidden_size, dev, torch.float32))
+            plan = Plan(n, split, tail, cfg.num_hidden_layers)
+            rows[dev] = eng.prefill(ids, plan, "identity", selector=sel, prompt=prompt).plan.exact_rows
+        out[name] = {"ran": True, "same_rows_as_cpu": bool(np.array_equal(rows["cpu"], rows[device])),
+                     "rows": int(rows[device].size)}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -85,9 +113,10 @@ def main(argv=None) -> int:
              and r["sliding_skip_same_decode"]
              and r["all_rows_exact_max_abs"] < (1e-4 if "float32" in r["dtype"] else 5e-2)
              for r in results)
+    selectors = check_selectors(device)
     a.out.mkdir(parents=True, exist_ok=True)
     info = {"torch": torch.__version__, "device_name": torch.cuda.get_device_name() if
-            device == "cuda" else "cpu", "ok": ok, "results": results}
+            device == "cuda" else "cpu", "ok": ok, "results": results, "selectors": selectors}
     (a.out / "cuda_check.json").write_text(json.dumps(info, indent=2))
     print(json.dumps(info, indent=2))
     return 0 if ok else 1

@@ -48,8 +48,9 @@ def lower_received(ctx: Context, rows: slice, layers: list[int]) -> np.ndarray:
     remains the global attention layer just below the split is read instead (all zeros when
     there is none)."""
     ad = ctx.engine.adapter
+    device = ctx.x_split.device
     total = torch.zeros(ctx.plan.n, dtype=torch.float32)
-    pos = torch.arange(rows.start, rows.stop)
+    pos = torch.arange(rows.start, rows.stop, device=device)
     usable = [l for l in layers if ad.layer_info(l).kind == "attention"]
     if not usable:
         below = [l for l in range(ctx.plan.split) if ad.layer_info(l).kind == "attention"]
@@ -59,7 +60,7 @@ def lower_received(ctx: Context, rows: slice, layers: list[int]) -> np.ndarray:
         cos, sin = ad.rope(h, pos[None], layer)
         q = ad.queries(layer, ad.input_norm(layer)(h), cos, sin)
         k = ctx.cache.layers[layer].keys
-        key_pos = torch.arange(k.shape[2])
+        key_pos = torch.arange(k.shape[2], device=device)
         allowed = key_pos[None, :] <= pos[:, None]
         info = ad.layer_info(layer)
         if info.window is not None:
@@ -175,14 +176,16 @@ class ProbeRows(Selector):
     def late_received(self, ctx) -> np.ndarray:
         n, n_p = ctx.plan.n, ctx.plan.n_prefix
         end = ctx.prompt.question_row if self.blind else n
-        received = torch.zeros(n)
+        device = ctx.x_split.device
+        received = torch.zeros(n, device=device)
         if end <= n_p:  # blind, question longer than the tail: no probe row before it
-            return received.numpy().astype(np.float64)
-        probe = torch.arange(max(end - self.probe_window, n_p), end)
-        ctx.engine.late(ctx.x_split, ctx.x_split[:, probe], probe, torch.arange(n_p), None,
+            return received.cpu().numpy().astype(np.float64)
+        probe = torch.arange(max(end - self.probe_window, n_p), end, device=device)
+        ctx.engine.late(ctx.x_split, ctx.x_split[:, probe], probe,
+                        torch.arange(n_p, device=device), None,
                         ctx.fill if ctx.fill != "none" else "ridge", base=0, split=ctx.plan.split,
                         received=received)
-        return received.numpy().astype(np.float64)
+        return received.cpu().numpy().astype(np.float64)
 
     def rows(self, ctx):
         n_p = ctx.plan.n_prefix
