@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 
 from . import models, prompt as prompts, select

@@ -7,7 +7,6 @@ the measured speedup against the ceilings (paper section 2.5).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rfmath.cost import exact_share, speedup_ceiling

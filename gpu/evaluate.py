@@ -28,7 +28,6 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -110,7 +109,7 @@ def study_arms(cfg: EvalConfig, n_layers: int) -> list[Arm]:
                  Arm(f"{base}/random", "ridge", S, T, rows, control="random", of=base,
                      label=f"  control: random rows, count of {what}"),
                  Arm(f"{base}/tail", "ridge", S, T, rows, control="tail", of=base,
-                     label=f"  control: same count added to the tail"),
+                     label="  control: same count added to the tail"),
                  Arm(f"{base}/blind", "ridge", S, T, rows, blind=True,
                      label=f"  control: {what}, question hidden")]
     arms += [Arm(f"ridge@{S}/splice-{w}", "ridge", S, T, splice=w, label=f"RidgeFill, exact {w}")

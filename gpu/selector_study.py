@@ -22,7 +22,6 @@ command, seed and wall time. A run that stops early is labelled partial.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
@@ -34,7 +33,7 @@ import torch
 from rfmath.stats import binomial_floor
 
 from . import evaluate as ev
-from . import models, report, select
+from . import models, select
 from .atomic import write_json, write_text
 from .instruments import Arm, Session
 

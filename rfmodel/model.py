@@ -226,7 +226,7 @@ class TinyModel:
         c = self.config
         h = self._norm_in(i, x)
         n, H = x.shape[0], c.gdn_heads
-        a = f"linear_attn."
+        a = "linear_attn."
         q = _l2norm((h @ self._p(i, a + "q_proj.weight").T).reshape(n, H, c.gdn_k_dim))
         q = q * self.dtype(1.0 / np.sqrt(c.gdn_k_dim))
         k = _l2norm((h @ self._p(i, a + "k_proj.weight").T).reshape(n, H, c.gdn_k_dim))

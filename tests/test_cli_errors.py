@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
-import shutil
 import sys
 
 import pytest

@@ -10,7 +10,6 @@ rfmath.ridge.solve (closed form on the stacked rows).
 from __future__ import annotations
 
 import json
-import warnings
 
 import numpy as np
 import pytest

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from gpu.engine import Engine
 from gpu.mapfile import FORMAT, GROUP, dequantize, load_maps, save_maps
 from gpu.plan import Plan
-from gpu_fixtures import LAYERS, random_maps, scratch, tiny_model, token_ids
+from gpu_fixtures import LAYERS, random_maps, tiny_model, token_ids
 from rfmodel.maps import dequantize_int8, round_bf16
 
 EPS32 = 2.0 ** -24

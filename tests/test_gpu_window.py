@@ -73,7 +73,6 @@ def test_skip_unread_equals_filling_every_row(gemma, fill):
         assert torch.equal(on.cache.layers[l].values, off.cache.layers[l].values), l
 
     # decoding continues identically: the same greedy tokens and the same logits per step
-    eng = Engine(gemma, DenseMaps(S, maps))
     tok = int(on.last_logits.argmax())
     for step in range(4):
         step_ids = torch.tensor([[tok]])
