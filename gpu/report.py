@@ -55,11 +55,17 @@ def _verdict(iv: dict | None, sign: int = 1) -> str:
     return "confirmed" if lo > 0 else "refuted" if hi < 0 else "inconclusive"
 
 
-# ----------------------------------------------------------------------------- needles
-def _needles(recs: list[dict], arms: list[dict]) -> dict:
-    by = defaultdict(dict)
+def _by_arm(recs: list[dict]) -> dict[str, dict[str, dict]]:
+    """Records as {arm: {unit: record}} (a later record of the same pair wins)."""
+    by: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in recs:
         by[r["arm"]][r["unit"]] = r
+    return by
+
+
+# ----------------------------------------------------------------------------- needles
+def _needles(recs: list[dict], arms: list[dict]) -> dict:
+    by = _by_arm(recs)
     if "exact" not in by:
         return {}
     units = sorted(by["exact"])
@@ -97,9 +103,7 @@ def _needles(recs: list[dict], arms: list[dict]) -> dict:
 
 # ----------------------------------------------------------------------------- documents
 def _docs(recs: list[dict], arms: list[dict]) -> dict:
-    by = defaultdict(dict)
-    for r in recs:
-        by[r["arm"]][r["unit"]] = r
+    by = _by_arm(recs)
     if "exact" not in by:
         return {}
     units = sorted(by["exact"])
