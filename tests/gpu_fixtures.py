@@ -194,3 +194,18 @@ def random_maps(split: int, n_layers: int = LAYERS, d: int = HIDDEN, seed: int =
 
 def identity_maps(split: int, n_layers: int = LAYERS, d: int = HIDDEN):
     return {l: (np.eye(d), np.zeros(d)) for l in range(split + 1, n_layers)}
+
+
+def every_row_through_late(model, ids: torch.Tensor, split: int):
+    """The engine's own path with every row exact: lower layers, then Engine.late over all
+    rows. Returns (logits (n, vocab), cache), to compare with the stock forward."""
+    from transformers import DynamicCache
+
+    from gpu.engine import Engine
+
+    eng = Engine(model)
+    cache = DynamicCache(config=model.config)
+    x_split, _ = eng.lower(ids, split, cache)
+    rows = torch.arange(ids.shape[1])
+    h = eng.late(x_split, x_split, rows, rows[:0], cache, "exact", base=0, split=split)
+    return eng.adapter.logits(h)[0], cache

@@ -13,8 +13,8 @@ from transformers import DynamicCache
 
 from gpu.engine import Engine
 from gpu.plan import Plan
-from gpu_fixtures import (DenseMaps, LAYERS, identity_maps, random_maps, tiny_model,
-                          token_ids)
+from gpu_fixtures import (DenseMaps, LAYERS, every_row_through_late, identity_maps, random_maps,
+                          tiny_model, token_ids)
 
 FAMILIES = ("llama", "qwen3", "gemma3")
 N = 24
@@ -51,12 +51,7 @@ def test_every_row_through_late_path_is_bitwise_exact(family_model, split):
     family, model = family_model
     ids = token_ids(N, seed=3)
     stock = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
-    eng = Engine(model)
-    cache = DynamicCache(config=model.config)
-    x_split, _ = eng.lower(ids, split, cache)
-    rows = torch.arange(N)
-    h = eng.late(x_split, x_split, rows, rows[:0], cache, "exact", base=0, split=split)
-    logits = eng.adapter.logits(h)[0]
+    logits, cache = every_row_through_late(model, ids, split)
     assert torch.equal(logits, stock.logits[0]), family
     for l in range(LAYERS):
         assert torch.equal(cache.layers[l].keys, stock.past_key_values.layers[l].keys), (family, l)

@@ -22,7 +22,7 @@ from gpu.fit import FitOptions, documents, fit
 from gpu.mapfile import load_maps
 from gpu.models import Loaded
 from gpu.plan import Plan
-from gpu_fixtures import byte_tokenizer, calib_dir, tiny_model
+from gpu_fixtures import byte_tokenizer, calib_dir, every_row_through_late, tiny_model
 from rfmath.gating import filled_share
 
 FAMILIES = ("qwen3_next", "qwen3_5")
@@ -166,12 +166,8 @@ def test_late_path_with_every_row_exact_is_bitwise_stock(family_model, split):
     family, model = family_model
     ids = ids_for(N, 3)
     stock = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
-    eng = Engine(model)
-    cache = DynamicCache(config=model.config)
-    x_split, _ = eng.lower(ids, split, cache)
-    rows = torch.arange(N)
-    h = eng.late(x_split, x_split, rows, rows[:0], cache, "exact", base=0, split=split)
-    assert torch.equal(eng.adapter.logits(h)[0], stock.logits[0]), family
+    logits, cache = every_row_through_late(model, ids, split)
+    assert torch.equal(logits, stock.logits[0]), family
     assert same_cache(cache, stock.past_key_values)
 
 
