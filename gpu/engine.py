@@ -14,6 +14,7 @@ state once, at the end of the prefix (rho: the filled rows' share of the gate we
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -74,13 +75,36 @@ class Selection:
     fill: str
 
 
-class Engine:
-    """RidgeFill prefill and decoding on a Hugging Face causal LM."""
+@dataclass
+class _LowerPass:
+    """The lower layers of one prompt, kept so that other arms at the same split reuse them."""
 
-    def __init__(self, model, maps: Predictor | None = None):
+    ids: torch.Tensor
+    split: int
+    x_split: torch.Tensor
+    cache: DynamicCache                # layers 0..split-1 written, nothing above
+    inputs: dict[int, torch.Tensor]    # every lower layer's input, all rows (for selectors)
+
+    def matches(self, ids: torch.Tensor, split: int) -> bool:
+        return (self.split == split and self.ids.shape == ids.shape
+                and bool(torch.equal(self.ids, ids)))
+
+
+class Engine:
+    """RidgeFill prefill and decoding on a Hugging Face causal LM.
+
+    ``reuse_lower``: keep the last prompt's lower-layer pass and reuse it when the next prefill
+    has the same tokens and split (an evaluation runs many arms on one prompt). The lower
+    layers never see the plan, so the reuse is bitwise the same as running them again; off by
+    default (it holds every lower layer's input until the next prompt).
+    """
+
+    def __init__(self, model, maps: Predictor | None = None, reuse_lower: bool = False):
         self.model = model
         self.adapter: Adapter = for_model(model)
         self.maps = maps
+        self.reuse_lower = reuse_lower
+        self._last: _LowerPass | None = None
 
     # ------------------------------------------------------------------ lower layers
     @torch.inference_mode()
@@ -111,6 +135,25 @@ class Engine:
             for h in handles:
                 h.remove()
         return box["x"], kept
+
+    def _lower_prefix(self, ids: torch.Tensor, split: int, keep: dict | None
+                      ) -> tuple[torch.Tensor, dict[int, torch.Tensor], DynamicCache]:
+        """The lower layers of a fresh prefill into a new cache (reused, see ``reuse_lower``)."""
+        if not self.reuse_lower:
+            self._last = None
+            cache = DynamicCache(config=self.model.config)
+            x_split, kept = self.lower(ids, split, cache, keep)
+            return x_split, kept, cache
+        last = self._last
+        if last is None or not last.matches(ids, split):
+            self._last = None  # free the previous prompt's pass before running this one
+            cache = DynamicCache(config=self.model.config)
+            x_split, inputs = self.lower(ids, split, cache, dict.fromkeys(range(split), slice(None)))
+            last = self._last = _LowerPass(ids.clone(), split, x_split, copy.deepcopy(cache), inputs)
+        else:
+            cache = copy.deepcopy(last.cache)
+        kept = {i: last.inputs[i][:, rows] for i, rows in (keep or {}).items()}
+        return last.x_split, kept, cache
 
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
@@ -156,9 +199,8 @@ class Engine:
             return Prefill(out.cache, logits, rows if all_logits else rows[-1:], plan, "exact",
                            seconds=time.perf_counter() - start)
 
-        cache = DynamicCache(config=self.model.config)
         keep = selector.keep(prompt, plan) if selector is not None else None
-        x_split, kept = self.lower(ids, plan.split, cache, keep)
+        x_split, kept, cache = self._lower_prefix(ids, plan.split, keep)
         if selector is not None:
             ctx = Selection(self, prompt, plan, x_split, cache, kept, fill)
             plan = plan.with_rows(selector(ctx))

@@ -69,17 +69,22 @@ class Arm:
 
 # ----------------------------------------------------------------------------- prefill
 class Session:
-    """A loaded model with one engine per split (maps where fitted) and its cost model."""
+    """A loaded model with one engine per split (maps where fitted) and its cost model.
 
-    def __init__(self, loaded, maps: dict[int, object]):
+    ``reuse_lower``: arms at one split share a prompt's lower-layer pass (bitwise the same
+    results; see gpu.engine.Engine). Switch it off to time prefills.
+    """
+
+    def __init__(self, loaded, maps: dict[int, object], reuse_lower: bool = True):
         self.loaded, self.model, self.tok = loaded, loaded.model, loaded.tokenizer
         self.maps = maps
+        self.reuse_lower = reuse_lower
         self._engines: dict[int | None, Engine] = {}
         self.arch = arch_of(self.model.config) if arch_of is not None else None
 
     def engine(self, split: int | None) -> Engine:
         if split not in self._engines:
-            self._engines[split] = Engine(self.model, self.maps.get(split))
+            self._engines[split] = Engine(self.model, self.maps.get(split), self.reuse_lower)
         return self._engines[split]
 
     @torch.inference_mode()

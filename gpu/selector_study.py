@@ -1,9 +1,12 @@
 """The selector study of issue 9: which exact prefix rows keep filled-region retrieval.
 
-``python -m gpu.selector_study --models smollm2-135m --samples 8`` runs, through the
-evaluation harness (gpu.evaluate.evaluate_model, resumable JSONL journal under
-``results/selectors/<model>/records.jsonl``), the needle instrument on filled-region samples
-(eval-role haystacks the calibration never saw) for these arms at the primary split, tail 512:
+``python -m gpu.selector_study --models smollm2-135m gemma3-270m --samples 10`` runs, through
+the evaluation harness (gpu.evaluate.evaluate_model, resumable JSONL journal under
+``results/selectors/<model>/records.jsonl``, maps fitted by the harness on the calibration
+split and cached beside it), the needle instrument on filled-region samples (eval-role
+haystacks the calibration never saw) and the loss instrument on ``--docs`` long documents
+(novel-token and key-token Delta NLL, agreement) for these arms at the primary split
+(3/8 of depth), tail 512:
 
 * exact; RidgeFill alone;
 * RidgeFill + each selector of gpu.select with span completion (attention 10%, probe,
@@ -12,7 +15,7 @@ evaluation harness (gpu.evaluate.evaluate_model, resumable JSONL journal under
   same count added to the tail, and the question-blind variant.
 
 Then it times each arm's prefill alone (time to first token without decoding) on a few
-samples, and replays each selector's rows through gpu.select.FixedRows to isolate the
+samples of the longest length, with no lower pass shared between arms, and replays each selector's rows through gpu.select.FixedRows to isolate the
 selector's own cost; and writes ``results/selectors/summary.{json,md}`` and
 ``retrieval_vs_share.png``: retrieval vs exact-row share per selector, paired bootstrap
 intervals (rfmath.stats, within task) against exact, RidgeFill alone and the controls, the
@@ -44,7 +47,6 @@ SELECTORS = {  # name -> (gpu.select name, options)
     "lexical": ("lexical", (("complete", True),)),
     "combined": ("combined", (("cap", 0.10),)),
 }
-MAPS = {"smollm2-135m": Path("~/.cache/ridgefill/maps/smollm2-135m-s11.safetensors")}
 
 
 def arms_for(split: int, tail: int, default: str = "combined",
@@ -147,7 +149,19 @@ def summarize(rep: dict, timing: dict, arms: list[Arm], default: str, meta: dict
         "default_vs_blind": con.get((d, f"{d}/blind")),
     }
     per_sel = {a.name: con.get((a.name, f"ridge@{S}")) for a in arms if a.selects}
-    return {"rows": rows, "checks": checks, "selector_vs_ridge": per_sel,
+    docs = rep.get("documents") or {}
+    loss = [{"arm": a.name, "label": a.label.strip(),
+             **{k: docs["arms"][a.name].get(k) for k in
+                ("n", "dnll_all", "dnll_novel", "dnll_key", "agreement", "kl_mean")}}
+            for a in arms if a.name in docs.get("arms", {})]
+    sets = rep["meta"].get("sample_sets", {})
+    short = [k for k, v in sets.items() if k != "docs" and v["kept"] < meta["samples_asked"]]
+    if meta.get("docs") and sets.get("docs", {}).get("kept", 0) < meta["docs"]:
+        short.append("docs")
+    return {"rows": rows, "checks": checks, "loss": loss,
+            "loss_tokens": {k: docs.get(k) for k in ("units", "domains", "scored_tokens",
+                                                     "novel_tokens", "key_tokens")},
+            "partial": bool(short), "short_cells": short, "selector_vs_ridge": per_sel,
             "binomial_floor_points": binomial_floor(n) if n else None, "samples": n,
             "by_task": {k: v for k, v in needles.get("by_stratum", {}).items() if k in names},
             "default_candidate": d, **meta}
@@ -157,6 +171,12 @@ def _fmt_iv(iv) -> str:
     if not iv or iv.get("low") is None:
         return "-"
     return f"{iv['estimate']:+.1f} [{iv['low']:+.1f}, {iv['high']:+.1f}]"
+
+
+def _fmt_nats(iv) -> str:
+    if not iv or iv.get("low") is None:
+        return "-"
+    return f"{iv['estimate']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
 
 
 def _pct(x, nd=1):
@@ -203,10 +223,23 @@ def markdown(summ: dict) -> str:
     L += ["", "Selector seconds = prefill with the selector minus the same prefill with its rows "
           "replayed (gpu.select.FixedRows): the selector's own cost in the time to first token. "
           "Speedup = exact prefill time / arm prefill time; MAC ceiling = 1 / MAC share "
-          "(rfmath.cost). At 2K on a 135M model on a CPU the speedup is far from the ceiling "
-          "for every arm (fixed costs dominate); the 4K target is not measured here.", "",
-          "Novel-token and key-token loss were not run in this study (see the report of the "
-          "harness for RidgeFill alone); they need the documents instrument.", ""]
+          f"(rfmath.cost), timed at {summ['timing_length']} tokens with no lower pass shared "
+          "between arms.", ""]
+    if summ.get("loss"):
+        t = summ["loss_tokens"]
+        L += ["## Loss on long documents (Delta NLL vs exact, nats, 95% CI by document)", "",
+              f"{t['units']} documents of {summ['loss_length']} tokens in {len(t['domains'] or [])} "
+              f"domains; {t['scored_tokens']} scored tokens, of which {t['novel_tokens']} novel "
+              f"and {t['key_tokens']} key tokens (exact loss rises > 2 nats with the context "
+              "cut to the tail before the scored stretch). Selectors read only the rows before "
+              "the scored stretch.", "",
+              "| arm | n | all tokens | novel tokens | key tokens | agreement | mean KL |",
+              "|---|---|---|---|---|---|---|"]
+        for r in summ["loss"]:
+            L.append(f"| `{r['arm']}` | {r['n']} | {_fmt_nats(r['dnll_all'])} | "
+                     f"{_fmt_nats(r['dnll_novel'])} | {_fmt_nats(r['dnll_key'])} | "
+                     f"{_num(r['agreement'])} | {_num(r['kl_mean'], 3)} |")
+        L.append("")
     if summ.get("notes"):
         L += ["## Notes", ""] + [f"- {n}" for n in summ["notes"]] + [""]
     return "\n".join(L)
@@ -242,64 +275,81 @@ def plot(summ: dict, path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> int:
+def study_config(loaded, a) -> tuple[ev.EvalConfig, ev.EvalConfig]:
+    """(the harness preset, this study's grid): primary split, ``--tail``, needles at
+    ``--lengths``, and ``--docs`` documents of ``--loss-length`` tokens for loss."""
+    preset = ev.study_config(loaded.name, loaded.n_layers)
+    score = min(preset.score_tokens, a.tail // 2)
+    cfg = replace(preset, splits=preset.splits[:1], tail=a.tail,
+                  needles={n: tuple(a.tasks) for n in a.lengths}, samples=a.samples,
+                  seed=a.seed, docs=a.docs, loss_length=a.loss_length, score_tokens=score,
+                  instruments=("needle", "loss") if a.docs else ("needle",))
+    return preset, cfg
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpu.selector_study", description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["smollm2-135m"])
-    p.add_argument("--samples", type=int, default=8)
-    p.add_argument("--lengths", type=int, nargs="+", default=[2048])
+    p.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
+    p.add_argument("--samples", type=int, default=10, help="per task and length")
+    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096])
     p.add_argument("--tasks", nargs="+", default=["niah_single_1", "niah_multikey_1"])
+    p.add_argument("--tail", type=int, default=512)
+    p.add_argument("--docs", type=int, default=8, help="documents for loss (0: needles only)")
+    p.add_argument("--loss-length", type=int, default=2048)
     p.add_argument("--selectors", nargs="+", default=list(SELECTORS), choices=list(SELECTORS))
     p.add_argument("--default", default="combined", choices=list(SELECTORS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--timing-units", type=int, default=2)
-    p.add_argument("--maps", default=None, help="map file (default: the cached fitted maps)")
+    p.add_argument("--timing-units", type=int, default=2, help="samples of the longest length")
+    p.add_argument("--maps", default=None, help="map file (default: fitted by the harness)")
     p.add_argument("--out-dir", type=Path, default=Path("results/selectors"))
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     command = "python -m gpu.selector_study " + " ".join(sys.argv[1:] if argv is None else argv)
+    from .journal import Journal
     from .mapfile import load_maps
 
     for name in a.models:
         t0 = time.time()
         loaded = models.load(name, device=a.device)
-        preset = ev.study_config(loaded.name, loaded.n_layers)
-        S, T = preset.splits[0], preset.tail
-        cfg = replace(preset, splits=(S,), needles={n: tuple(a.tasks) for n in a.lengths},
-                      samples=a.samples, seed=a.seed, instruments=("needle",))
+        preset, cfg = study_config(loaded, a)
+        S, T = cfg.splits[0], cfg.tail
         maps = None
-        mp = Path(a.maps).expanduser() if a.maps else MAPS.get(name, Path("-")).expanduser()
-        if mp.is_file():
-            maps = {S: load_maps(mp, fingerprint=loaded.fingerprint(), split=S,
-                                 dtype=loaded.model.dtype, device=loaded.model.device)}
+        if a.maps:
+            maps = {S: load_maps(Path(a.maps).expanduser(), fingerprint=loaded.fingerprint(),
+                                 split=S, dtype=loaded.model.dtype, device=loaded.model.device)}
+        maps = maps or ev.ensure_maps(loaded, cfg, a.out_dir / loaded.name, progress=not a.quiet)
         arms = arms_for(S, T, a.default, tuple(a.selectors))
-        finished = False
-        try:
-            rep = ev.evaluate_model(loaded, cfg, a.out_dir, ev.CorpusTexts(), maps=maps,
-                                    command=command, progress=not a.quiet, preset=preset, arms=arms)
-            finished = True
-        finally:
-            wall = time.time() - t0
-        from .journal import Journal  # every session of the journal: a resumed run counts all
+        rep = ev.evaluate_model(loaded, cfg, a.out_dir, ev.CorpusTexts(), maps=maps,
+                                command=command, progress=not a.quiet, preset=preset, arms=arms)
         sessions = [r for r in Journal(a.out_dir / loaded.name / "records.jsonl").records()
-                    if r.get("instrument") == "session"]
-        wall = sum(r.get("wall_seconds", 0.0) for r in sessions) or wall
+                    if r.get("instrument") == "session"]  # a resumed run counts every session
+        wall = sum(r.get("wall_seconds", 0.0) for r in sessions) or time.time() - t0
         t1 = time.time()
-        sess = Session(loaded, maps or ev.ensure_maps(loaded, cfg, a.out_dir / loaded.name))
-        units = ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
+        sess = Session(loaded, maps, reuse_lower=False)  # timing: every prefill runs its own
+        units = [u for u in ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
+                 if u.meta["length"] == max(a.lengths)]
         timing = time_arms(sess, units, arms, a.timing_units) if a.timing_units else {}
+        short = a.samples < 20 or (a.docs and a.docs < 24)
         meta = {"model": name, "split": S, "tail": T, "lengths": a.lengths, "tasks": a.tasks,
                 "seed": a.seed, "command": command, "wall_seconds": wall,
                 "timing_seconds": time.time() - t1, "device": str(loaded.model.device),
-                "threads": torch.get_num_threads(), "maps": str(mp) if maps else "fitted by the harness",
-                "partial": bool(rep.get("partial")) or not finished or a.samples < 20,
+                "threads": torch.get_num_threads(),
+                "maps": a.maps or f"fitted by the harness (lambda {maps[S].meta.get('lambda')})",
+                "samples_asked": a.samples,
                 "strata": rep["needles"].get("strata", []),
-                "timing_units": min(a.timing_units, len(units)),
-                "notes": [f"{a.samples} samples per task and length (the harness's minimum is "
-                          f"20): a partial run, sized to a shared 2-core CPU."] if a.samples < 20 else []}
+                "timing_units": min(a.timing_units, len(units)), "timing_length": max(a.lengths),
+                "docs": a.docs, "loss_length": a.loss_length,
+                "notes": [f"{a.samples} samples per task and length and {a.docs} documents (the "
+                          "full study's minimum is 20 and 24): sized to a shared 2-core CPU."]
+                if short else []}
         summ = summarize(rep, timing, arms, a.default, meta)
         root = a.out_dir / name
         write_json(root / "summary.json", summ)

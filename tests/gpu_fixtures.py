@@ -209,3 +209,53 @@ def every_row_through_late(model, ids: torch.Tensor, split: int):
     rows = torch.arange(ids.shape[1])
     h = eng.late(x_split, x_split, rows, rows[:0], cache, "exact", base=0, split=split)
     return eng.adapter.logits(h)[0], cache
+
+
+class KeepingRows:
+    """A selector that asks for slices of two lower layers' inputs and picks rows from them
+    (so a reused lower pass must hand back exactly what a fresh one would)."""
+
+    def __init__(self):
+        self.seen: dict[int, torch.Tensor] = {}
+
+    def keep(self, prompt, plan):
+        return {0: slice(-3, None), plan.split - 1: slice(1, 4)}
+
+    def __call__(self, ctx):
+        self.seen = {i: t.clone() for i, t in ctx.kept.items()}
+        score = ctx.x_split[0, : ctx.plan.n_prefix].norm(dim=-1)
+        return np.sort(score.argsort(descending=True)[:3].cpu().numpy())
+
+
+def assert_lower_reuse_bitwise(model, maps, ids: torch.Tensor, split: int, tail: int,
+                               n_layers: int = LAYERS) -> None:
+    """Engine(reuse_lower=True) over several arms and two prompts gives bitwise the logits,
+    caches and selector inputs of a fresh engine per prefill, and runs the lower layers once
+    per prompt."""
+    from gpu.engine import Engine
+    from gpu.plan import Plan
+
+    reuse = Engine(model, maps, reuse_lower=True)
+    calls = []
+    lower = reuse.lower
+    reuse.lower = lambda *a, **k: calls.append(1) or lower(*a, **k)
+    other = torch.roll(ids, 1, dims=1)
+    runs = [(ids, "ridge", None), (ids, "identity", None), (ids, "ridge", KeepingRows),
+            (ids, "none", None), (other, "ridge", KeepingRows), (other, "identity", None)]
+    for x, fill, sel in runs:
+        n = x.shape[1]
+        plan = Plan(n, split, tail, n_layers)
+        s_reuse, s_fresh = (sel(), sel()) if sel else (None, None)
+        a = reuse.prefill(x, plan, fill, selector=s_reuse)
+        b = Engine(model, maps).prefill(x, plan, fill, selector=s_fresh)
+        assert torch.equal(a.logits, b.logits), fill
+        assert np.array_equal(a.plan.exact_rows, b.plan.exact_rows)
+        for la, lb in zip(a.cache.layers, b.cache.layers):
+            for name in ("keys", "values", "recurrent_states", "conv_states"):
+                ta, tb = getattr(la, name, None), getattr(lb, name, None)
+                if isinstance(tb, torch.Tensor):
+                    assert torch.equal(ta, tb), (fill, name)
+        if sel:
+            assert s_reuse.seen.keys() == s_fresh.seen.keys()
+            assert all(torch.equal(s_reuse.seen[i], s_fresh.seen[i]) for i in s_fresh.seen)
+    assert len(calls) == 2  # one lower pass per prompt

@@ -13,8 +13,8 @@ from transformers import DynamicCache
 
 from gpu.engine import Engine
 from gpu.plan import Plan
-from gpu_fixtures import (DenseMaps, LAYERS, every_row_through_late, identity_maps, random_maps,
-                          tiny_model, token_ids)
+from gpu_fixtures import (DenseMaps, LAYERS, assert_lower_reuse_bitwise, every_row_through_late,
+                          identity_maps, random_maps, tiny_model, token_ids)
 
 FAMILIES = ("llama", "qwen3", "gemma3")
 N = 24
@@ -92,6 +92,12 @@ def test_identity_arm_equals_ridge_with_identity_maps(family_model, exact_rows):
     for l in range(LAYERS):
         assert torch.equal(ident.cache.layers[l].keys, ridge.cache.layers[l].keys)
         assert torch.equal(ident.cache.layers[l].values, ridge.cache.layers[l].values)
+
+
+def test_reused_lower_pass_is_bitwise_a_fresh_one(family_model):
+    """Arms sharing one prompt's lower layers (the evaluation's reuse) change nothing."""
+    family, model = family_model
+    assert_lower_reuse_bitwise(model, DenseMaps(2, random_maps(2)), token_ids(N, seed=8), 2, 6)
 
 
 def test_prefill_rejects_maps_for_another_split():

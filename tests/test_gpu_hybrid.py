@@ -22,7 +22,8 @@ from gpu.fit import FitOptions, documents, fit
 from gpu.mapfile import load_maps
 from gpu.models import Loaded
 from gpu.plan import Plan
-from gpu_fixtures import byte_tokenizer, calib_dir, every_row_through_late, tiny_model
+from gpu_fixtures import (assert_lower_reuse_bitwise, byte_tokenizer, calib_dir,
+                          every_row_through_late, tiny_model)
 from rfmath.gating import filled_share
 
 FAMILIES = ("qwen3_next", "qwen3_5")
@@ -182,6 +183,14 @@ def test_identity_arm_equals_ridge_with_eye(family_model):
     assert same_cache(ident.cache, eye.cache)
     stock = model(input_ids=ids).logits[0][ident.rows]
     assert (ident.logits - stock).abs().max() > 1e-3  # the fill does change the tail
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_reused_lower_pass_is_bitwise_a_fresh_one(family_model, split):
+    """The evaluation's shared lower pass, with GDN states below and above the split."""
+    family, model = family_model
+    maps = DenseMaps(split, near_identity_maps(split))
+    assert_lower_reuse_bitwise(model, maps, ids_for(N, 9), split, 8, n_layers=L)
 
 
 @torch.inference_mode()

@@ -29,18 +29,50 @@ def test_summary_markdown_plot(tmp_path):
                                  "exact_row_share": 0.1 if a.rows != "none" else 0.0,
                                  "needle_rows_exact": 0.5, "macs_share": 0.6,
                                  "vs_exact": None if a.name == "exact" else iv} for a in arms}}
-    rep = {"needles": needles, "contrasts": [{"a": "ridge+combined@11", "b": "ridge@11",
-                                              "retrieval": iv}]}
+    loss_iv = {"estimate": 0.25, "low": 0.125, "high": 0.5, "n": 4}
+    docs = {"units": 4, "domains": ["a", "b"], "scored_tokens": 1024, "novel_tokens": 900,
+            "key_tokens": 12,
+            "arms": {a.name: {"n": 4, "dnll_all": loss_iv, "dnll_novel": loss_iv,
+                              "dnll_key": None, "agreement": 0.75, "kl_mean": 0.5}
+                     for a in arms if not a.blind}}
+    rep = {"needles": needles, "documents": docs,
+           "meta": {"sample_sets": {"t/2048": {"kept": 8, "drawn": 30},
+                                    "docs": {"kept": 4, "domains": ["a", "b"]}}},
+           "contrasts": [{"a": "ridge+combined@11", "b": "ridge@11", "retrieval": iv}]}
     timing = {a.name: {"prefill": 1.0, "replay": 0.9 if a.selects else None,
                        "macs_share": 0.6} for a in arms}
     meta = {"model": "m", "split": 11, "tail": 512, "lengths": [2048], "tasks": ["t"],
             "seed": 0, "command": "c", "wall_seconds": 1.0, "timing_seconds": 1.0,
-            "device": "cpu", "threads": 1, "maps": "x", "partial": True, "strata": ["t/2048"],
-            "timing_units": 1, "notes": []}
+            "device": "cpu", "threads": 1, "maps": "x", "samples_asked": 10, "docs": 4,
+            "loss_length": 2048, "strata": ["t/2048"], "timing_units": 1, "timing_length": 2048,
+            "notes": []}
     summ = st.summarize(rep, timing, arms, "combined", meta)
     json.dumps(summ)
     assert summ["checks"]["default_vs_ridge"] == iv and summ["samples"] == 8
     md = st.markdown(summ)
+    assert summ["partial"] and summ["short_cells"] == ["t/2048"]  # 8 kept of 10 asked
     assert "PARTIAL" in md and "ridge+combined@11/random" in md
+    assert ("| `ridge+combined@11` | 4 | 0.250 [0.125, 0.500] | 0.250 [0.125, 0.500] | - | 0.75 |"
+            " 0.500 |") in md
+    assert [r["arm"] for r in summ["loss"]] == [a.name for a in arms if not a.blind]
     st.plot(summ, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_study_grid_follows_the_issue():
+    """Issue 9's grid on both built-in models: primary split (3/8 of depth), tail 512, the
+    asked lengths and tasks, and a scored stretch that fits inside the tail."""
+    from types import SimpleNamespace
+
+    args = st.build_parser().parse_args(["--docs", "3", "--samples", "5"])
+    for name, layers, split, chat in (("smollm2-135m", 30, 11, True), ("gemma3-270m", 18, 7, False)):
+        preset, cfg = st.study_config(SimpleNamespace(name=name, n_layers=layers), args)
+        assert cfg.splits == (split,) and preset.splits[0] == split
+        assert cfg.tail == 512 and cfg.samples == 5 and cfg.docs == 3 and cfg.chat is chat
+        assert set(cfg.needles) == {2048, 4096}
+        assert cfg.needles[4096] == ("niah_single_1", "niah_multikey_1")
+        assert 0 < cfg.score_tokens <= cfg.tail // 2 and cfg.key_window > 0
+        assert cfg.instruments == ("needle", "loss")
+    _, cfg = st.study_config(SimpleNamespace(name="smollm2-135m", n_layers=30),
+                             st.build_parser().parse_args(["--docs", "0"]))
+    assert cfg.instruments == ("needle",)
