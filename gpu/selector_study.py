@@ -158,13 +158,41 @@ def summarize(rep: dict, timing: dict, arms: list[Arm], default: str, meta: dict
     short = [k for k, v in sets.items() if k != "docs" and v["kept"] < meta["samples_asked"]]
     if meta.get("docs") and sets.get("docs", {}).get("kept", 0) < meta["docs"]:
         short.append("docs")
-    return {"rows": rows, "checks": checks, "loss": loss,
+    summ = {"rows": rows, "checks": checks, "loss": loss,
             "loss_tokens": {k: docs.get(k) for k in ("units", "domains", "scored_tokens",
                                                      "novel_tokens", "key_tokens")},
             "partial": bool(short), "short_cells": short, "selector_vs_ridge": per_sel,
             "binomial_floor_points": binomial_floor(n) if n else None, "samples": n,
             "by_task": {k: v for k, v in needles.get("by_stratum", {}).items() if k in names},
             "default_candidate": d, **meta}
+    summ["ranking"] = rank_selectors(summ)
+    return summ
+
+
+MAX_SHARE, MARGIN = 0.10, 5.0  # issue 9: at most 10% of prefix rows exact, within 5 points
+
+
+def rank_selectors(summ: dict) -> list[dict]:
+    """The rule that sets the default, stated before the numbers: a selector qualifies when
+    its exact-row share is at most 10% (plus span completion's rounding, 1 point) and its
+    retrieval is within 5 points of exact; qualified selectors rank first, then by retrieval,
+    then by key-token Delta NLL (lower is better; loss instruments), then by MAC share."""
+    key = {r["arm"]: (r["dnll_key"] or {}).get("estimate") for r in summ.get("loss", [])}
+    out = []
+    for r in summ["rows"]:
+        if not r["arm"].startswith("ridge+") or "/" in r["arm"] or r["retrieval"] is None:
+            continue
+        gap = (r["vs_exact"] or {}).get("estimate")
+        ok = ((r["exact_row_share"] or 0.0) <= MAX_SHARE + 0.01 and gap is not None
+              and gap >= -MARGIN)
+        out.append({"arm": r["arm"], "qualifies": bool(ok), "retrieval": r["retrieval"],
+                    "dnll_key": key.get(r["arm"]), "macs_share": r["macs_share"],
+                    "exact_row_share": r["exact_row_share"]})
+    big = float("inf")
+    out.sort(key=lambda d: (not d["qualifies"], -d["retrieval"],
+                            big if d["dnll_key"] is None else d["dnll_key"],
+                            d["macs_share"] or big))
+    return out
 
 
 def _fmt_iv(iv) -> str:
@@ -213,6 +241,15 @@ def markdown(summ: dict) -> str:
     L += ["", "## The default candidate against its controls (retrieval, points, paired 95% CI)", ""]
     for k, iv in summ["checks"].items():
         L.append(f"- {k.replace('_', ' ')}: {_fmt_iv(iv)}")
+    L += ["", "## Ranking by the default rule", "",
+          f"A selector qualifies with at most {MAX_SHARE:.0%} of prefix rows exact and retrieval "
+          f"within {MARGIN:.0f} points of exact; then: retrieval, key-token Delta NLL, MAC share.",
+          "", "| rank | arm | qualifies | retrieval | key-token dNLL | exact-row share |",
+          "|---|---|---|---|---|---|"]
+    for i, r in enumerate(summ["ranking"], 1):
+        L.append(f"| {i} | `{r['arm']}` | {'yes' if r['qualifies'] else 'no'} | "
+                 f"{_num(r['retrieval'], 1)} | {_num(r['dnll_key'], 3)} | "
+                 f"{_pct(r['exact_row_share'])} |")
     L += ["", "## Each selector against RidgeFill alone", ""]
     for k, iv in summ["selector_vs_ridge"].items():
         L.append(f"- `{k}`: {_fmt_iv(iv)}")

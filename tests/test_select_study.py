@@ -76,3 +76,25 @@ def test_study_grid_follows_the_issue():
     _, cfg = st.study_config(SimpleNamespace(name="smollm2-135m", n_layers=30),
                              st.build_parser().parse_args(["--docs", "0"]))
     assert cfg.instruments == ("needle",)
+
+
+def test_default_rule_ranks_qualified_selectors_first():
+    """Share over 10% or retrieval more than 5 points under exact disqualifies; ties on
+    retrieval go to the lower key-token loss, then to the cheaper prefill."""
+    def row(arm, share, score, gap, macs):
+        return {"arm": arm, "exact_row_share": share, "retrieval": score, "macs_share": macs,
+                "vs_exact": {"estimate": gap}}
+    rows = [row("exact", None, 100.0, None, 1.0), row("ridge@11", 0.0, 0.0, -100.0, 0.6),
+            row("ridge+probe@11", 0.5, 100.0, 0.0, 0.8),        # too many rows
+            row("ridge+attention@11", 0.1, 90.0, -10.0, 0.65),  # too far from exact
+            row("ridge+lexical@11", 0.02, 100.0, 0.0, 0.61),
+            row("ridge+combined@11", 0.1, 100.0, 0.0, 0.65),
+            row("ridge+combined@11/random", 0.1, 0.0, -100.0, 0.65)]
+    loss = [{"arm": "ridge+lexical@11", "dnll_key": {"estimate": 0.9}},
+            {"arm": "ridge+combined@11", "dnll_key": {"estimate": 0.4}}]
+    ranking = st.rank_selectors({"rows": rows, "loss": loss})
+    assert [r["arm"] for r in ranking] == ["ridge+combined@11", "ridge+lexical@11",
+                                           "ridge+probe@11", "ridge+attention@11"]
+    assert [r["qualifies"] for r in ranking] == [True, True, False, False]
+    no_loss = st.rank_selectors({"rows": rows, "loss": []})
+    assert [r["arm"] for r in no_loss][:2] == ["ridge+lexical@11", "ridge+combined@11"]
