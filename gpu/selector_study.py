@@ -11,8 +11,9 @@ haystacks the calibration never saw) and the loss instrument on ``--docs`` long 
 * exact; RidgeFill alone;
 * RidgeFill + each selector of gpu.select with span completion (attention 10%, probe,
   protected, lexical, combined at a 10% cap), each with its exact-row share recorded;
-* beside the candidate default (``--default``, combined): count-matched random rows, the
-  same count added to the tail, and the question-blind variant.
+* beside each candidate default (``--controls``: lexical, combined): count-matched random
+  rows, the same count added to the tail, and the question-blind variant. The default is the
+  top of a ranking by a rule stated in :func:`rank_selectors`.
 
 Then it times each arm's prefill alone (time to first token without decoding) on a few
 samples of the longest length, with no lower pass shared between arms, and replays each selector's rows through gpu.select.FixedRows to isolate the
@@ -49,8 +50,10 @@ SELECTORS = {  # name -> (gpu.select name, options)
 }
 
 
-def arms_for(split: int, tail: int, default: str = "combined",
+def arms_for(split: int, tail: int, controls: tuple[str, ...] = ("lexical", "combined"),
              selectors: tuple[str, ...] = tuple(SELECTORS)) -> list[Arm]:
+    """exact, RidgeFill alone, RidgeFill + each selector; the three controls beside each
+    selector named in ``controls`` (the default candidates)."""
     arms = [Arm("exact", "exact", label="exact"),
             Arm(f"ridge@{split}", "ridge", split, tail, label="RidgeFill")]
     for name in selectors:
@@ -58,7 +61,7 @@ def arms_for(split: int, tail: int, default: str = "combined",
         base = f"ridge+{name}@{split}"
         arms.append(Arm(base, "ridge", split, tail, rows, options=opts,
                         label=f"RidgeFill + {name} rows"))
-        if name == default:
+        if name in controls:
             arms += [Arm(f"{base}/random", "ridge", split, tail, rows, control="random", of=base,
                          options=opts, label=f"  control: random rows, count of {name}"),
                      Arm(f"{base}/tail", "ridge", split, tail, rows, control="tail", of=base,
@@ -92,6 +95,7 @@ def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
     """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); for selector arms
     also the same rows replayed through FixedRows (the selector's own cost = difference)."""
     out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
+    arms = [a for a in arms if a.control is None and not a.blind]  # controls cost the same
     for u in units[:n_units]:
         counts: dict[str, int] = {}
         for arm in arms:
@@ -112,7 +116,15 @@ def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
 
 
 # ----------------------------------------------------------------------------- summary
-def summarize(rep: dict, timing: dict, arms: list[Arm], default: str, meta: dict) -> dict:
+def controls_of(con: dict, base: str, S: int, needles: dict) -> dict:
+    """Paired retrieval contrasts of one selector arm against exact, RidgeFill alone and its
+    controls (those it has)."""
+    return {"vs_exact": needles["arms"].get(base, {}).get("vs_exact"),
+            "vs_ridge": con.get((base, f"ridge@{S}")),
+            **{f"vs_{c}": con.get((base, f"{base}/{c}")) for c in ("random", "tail", "blind")}}
+
+
+def summarize(rep: dict, timing: dict, arms: list[Arm], meta: dict) -> dict:
     needles = rep["needles"]
     names = [a.name for a in arms]
     S = arms[1].split
@@ -140,14 +152,8 @@ def summarize(rep: dict, timing: dict, arms: list[Arm], default: str, meta: dict
         if r["speedup"] and r["mac_ceiling"]:
             r["share_of_ceiling"] = r["speedup"] / r["mac_ceiling"]
     con = {(c["a"], c["b"]): c.get("retrieval") for c in rep.get("contrasts", [])}
-    d = f"ridge+{default}@{S}"
-    checks = {
-        "default_vs_exact": needles["arms"].get(d, {}).get("vs_exact"),
-        "default_vs_ridge": con.get((d, f"ridge@{S}")),
-        "default_vs_random": con.get((d, f"{d}/random")),
-        "default_vs_tail": con.get((d, f"{d}/tail")),
-        "default_vs_blind": con.get((d, f"{d}/blind")),
-    }
+    controlled = sorted({a.of for a in arms if a.of})
+    checks = {b: controls_of(con, b, S, needles) for b in controlled}
     per_sel = {a.name: con.get((a.name, f"ridge@{S}")) for a in arms if a.selects}
     docs = rep.get("documents") or {}
     loss = [{"arm": a.name, "label": a.label.strip(),
@@ -164,8 +170,9 @@ def summarize(rep: dict, timing: dict, arms: list[Arm], default: str, meta: dict
             "partial": bool(short), "short_cells": short, "selector_vs_ridge": per_sel,
             "binomial_floor_points": binomial_floor(n) if n else None, "samples": n,
             "by_task": {k: v for k, v in needles.get("by_stratum", {}).items() if k in names},
-            "default_candidate": d, **meta}
+            **meta}
     summ["ranking"] = rank_selectors(summ)
+    summ["default"] = summ["ranking"][0]["arm"] if summ["ranking"] else None
     return summ
 
 
@@ -238,9 +245,13 @@ def markdown(summ: dict) -> str:
                  f"{_fmt_iv(r['vs_exact'])} | {_pct(r['exact_row_share'])} | "
                  f"{_pct(r['needle_rows_exact'], 0)} | {_pct(r['macs_share'])} | "
                  f"{_num(r['prefill_seconds'])} | {_num(r['selector_seconds'])} | {sp} |")
-    L += ["", "## The default candidate against its controls (retrieval, points, paired 95% CI)", ""]
-    for k, iv in summ["checks"].items():
-        L.append(f"- {k.replace('_', ' ')}: {_fmt_iv(iv)}")
+    L += ["", "## Candidate defaults against their controls (retrieval, points, paired 95% CI)",
+          "", "| arm | vs exact | vs RidgeFill alone | vs random rows | vs rows added to the "
+          "tail | vs question hidden |", "|---|---|---|---|---|---|"]
+    for b, c in summ["checks"].items():
+        L.append(f"| `{b}`{' (default)' if b == summ['default'] else ''} | " + " | ".join(
+            _fmt_iv(c[k]) for k in ("vs_exact", "vs_ridge", "vs_random", "vs_tail", "vs_blind"))
+            + " |")
     L += ["", "## Ranking by the default rule", "",
           f"A selector qualifies with at most {MAX_SHARE:.0%} of prefix rows exact and retrieval "
           f"within {MARGIN:.0f} points of exact; then: retrieval, key-token Delta NLL, MAC share.",
@@ -334,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--docs", type=int, default=8, help="documents for loss (0: needles only)")
     p.add_argument("--loss-length", type=int, default=2048)
     p.add_argument("--selectors", nargs="+", default=list(SELECTORS), choices=list(SELECTORS))
-    p.add_argument("--default", default="combined", choices=list(SELECTORS))
+    p.add_argument("--controls", nargs="+", default=["lexical", "combined"],
+                   choices=list(SELECTORS), help="selectors that get the three controls")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--timing-units", type=int, default=2, help="samples of the longest length")
@@ -363,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             maps = {S: load_maps(Path(a.maps).expanduser(), fingerprint=loaded.fingerprint(),
                                  split=S, dtype=loaded.model.dtype, device=loaded.model.device)}
         maps = maps or ev.ensure_maps(loaded, cfg, a.out_dir / loaded.name, progress=not a.quiet)
-        arms = arms_for(S, T, a.default, tuple(a.selectors))
+        arms = arms_for(S, T, tuple(a.controls), tuple(a.selectors))
         rep = ev.evaluate_model(loaded, cfg, a.out_dir, ev.CorpusTexts(), maps=maps,
                                 command=command, progress=not a.quiet, preset=preset, arms=arms)
         sessions = [r for r in Journal(a.out_dir / loaded.name / "records.jsonl").records()
@@ -387,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                 "notes": [f"{a.samples} samples per task and length and {a.docs} documents (the "
                           "full study's minimum is 20 and 24): sized to a shared 2-core CPU."]
                 if short else []}
-        summ = summarize(rep, timing, arms, a.default, meta)
+        summ = summarize(rep, timing, arms, meta)
         root = a.out_dir / name
         write_json(root / "summary.json", summ)
         write_text(root / "summary.md", markdown(summ))

@@ -8,21 +8,23 @@ from gpu import selector_study as st
 
 
 def test_arms_and_controls():
-    arms = st.arms_for(11, 512, "combined")
+    arms = st.arms_for(11, 512, ("lexical", "combined"))
     names = [a.name for a in arms]
     assert names[:2] == ["exact", "ridge@11"]
+    controls = {f"ridge+{s}@11/{c}" for s in ("lexical", "combined")
+                for c in ("random", "tail", "blind")}
     assert {"ridge+attention@11", "ridge+probe@11", "ridge+protected@11", "ridge+lexical@11",
-            "ridge+combined@11", "ridge+combined@11/random", "ridge+combined@11/tail",
-            "ridge+combined@11/blind"} == set(names[2:])
+            "ridge+combined@11"} | controls == set(names[2:])
     for a in arms:
         if a.rows not in ("none", "combined"):
             assert dict(a.options)["complete"] is True
         if a.control:
-            assert a.of == "ridge+combined@11" and names.index(a.of) < names.index(a.name)
+            assert a.of in ("ridge+lexical@11", "ridge+combined@11")
+            assert a.rows in a.of and names.index(a.of) < names.index(a.name)
 
 
 def test_summary_markdown_plot(tmp_path):
-    arms = st.arms_for(11, 512, "combined", ("attention", "combined"))
+    arms = st.arms_for(11, 512, ("combined",), ("attention", "combined"))
     iv = {"estimate": -5.0, "low": -10.0, "high": 0.0, "n": 8}
     needles = {"strata": ["t/2048"], "by_stratum": {a.name: {"t/2048": 50.0} for a in arms},
                "arms": {a.name: {"n": 8, "score": 50.0, "correct": 0.5,
@@ -46,9 +48,11 @@ def test_summary_markdown_plot(tmp_path):
             "device": "cpu", "threads": 1, "maps": "x", "samples_asked": 10, "docs": 4,
             "loss_length": 2048, "strata": ["t/2048"], "timing_units": 1, "timing_length": 2048,
             "notes": []}
-    summ = st.summarize(rep, timing, arms, "combined", meta)
+    summ = st.summarize(rep, timing, arms, meta)
     json.dumps(summ)
-    assert summ["checks"]["default_vs_ridge"] == iv and summ["samples"] == 8
+    assert summ["checks"]["ridge+combined@11"]["vs_ridge"] == iv and summ["samples"] == 8
+    assert summ["checks"]["ridge+combined@11"]["vs_random"] is None  # not in the report
+    assert summ["default"] == summ["ranking"][0]["arm"]
     md = st.markdown(summ)
     assert summ["partial"] and summ["short_cells"] == ["t/2048"]  # 8 kept of 10 asked
     assert "PARTIAL" in md and "ridge+combined@11/random" in md
