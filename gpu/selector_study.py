@@ -299,19 +299,23 @@ def plot(summ: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    exact = next((r["retrieval"] for r in summ["rows"] if r["arm"] == "exact"), None)
+    if exact is not None:
+        ax.axhline(exact, ls=":", lw=1.0, color="black", label=f"exact ({exact:.1f})")
     for r in summ["rows"]:
-        share = r["exact_row_share"] or 0.0
-        y = r["retrieval"]
-        if y is None:
+        share, y, iv = r["exact_row_share"] or 0.0, r["retrieval"], r["vs_exact"]
+        if y is None or r["arm"] == "exact":
             continue
-        iv = r["vs_exact"]
-        ax.scatter(100 * share, y, s=40)
-        ax.annotate(r["arm"].replace(f"@{summ['split']}", ""),
-                    (100 * share, y), fontsize=7, xytext=(4, 2), textcoords="offset points")
-        if iv and iv.get("low") is not None:
-            ex = summ["rows"][0]["retrieval"]
-            ax.errorbar(100 * share, y, yerr=[[y - (ex + iv["low"])], [(ex + iv["high"]) - y]],
+        control = "/" in r["arm"]
+        ax.scatter(100 * share, y, s=40, marker="x" if control else "o")
+        if not control or y > 5:  # the controls at zero would only overlap
+            ax.annotate(r["arm"].replace(f"@{summ['split']}", "").replace("ridge+", "+"),
+                        (100 * share, y), fontsize=7, xytext=(4, 2), textcoords="offset points")
+        if iv and iv.get("low") is not None and exact is not None:
+            ax.errorbar(100 * share, y, yerr=[[y - (exact + iv["low"])], [(exact + iv["high"]) - y]],
                         fmt="none", lw=0.8, alpha=0.6)
+    ax.legend(loc="center right", fontsize=7, title="x: controls (random, tail, blind)",
+              title_fontsize=7)
     ax.axvline(10, ls="--", lw=0.8, color="grey")
     ax.set_xlabel("exact prefix rows (% of prefix)")
     ax.set_ylabel("filled-region retrieval (RULER score, %)")
