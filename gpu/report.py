@@ -64,6 +64,12 @@ def _by_arm(recs: list[dict]) -> dict[str, dict[str, dict]]:
 
 
 # ----------------------------------------------------------------------------- needles
+def _length_masks(strata: list[str]) -> dict[str, np.ndarray]:
+    """Masks of the samples of each prompt length (strata are "task/length")."""
+    lengths = np.array([s.rsplit("/", 1)[-1] for s in strata])
+    return {n: lengths == n for n in sorted(set(lengths.tolist()), key=int)}
+
+
 def _needles(recs: list[dict], arms: list[dict]) -> dict:
     by = _by_arm(recs)
     if "exact" not in by:
@@ -91,6 +97,9 @@ def _needles(recs: list[dict], arms: list[dict]) -> dict:
             "label": a["label"], "n": int(np.isfinite(v).sum()), "score": _f(np.nanmean(v)),
             "correct": _f(np.nanmean(vec(name, "correct"))),
             "vs_exact": interval(v, ex, st) if name != "exact" else None,
+            "vs_exact_by_length": {n: interval(v[m], ex[m], np.array(st)[m])
+                                   for n, m in _length_masks(st).items()}
+            if name != "exact" else None,
             "exact_row_share": _f(np.mean(share)) if share else None,
             "needle_rows_exact": _f(np.mean(cover)) if cover else None,
             "macs_share": _f(np.mean(macs)) if macs else None,

@@ -26,6 +26,7 @@ command, seed and wall time. A run that stops early is labelled partial.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import replace
@@ -116,6 +117,15 @@ def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
 
 
 # ----------------------------------------------------------------------------- summary
+def stored_timing(summ: dict) -> dict:
+    """The timing of a written summary, as time_arms returns it."""
+    if summ.get("timing"):
+        return summ["timing"]
+    return {r["arm"]: {"prefill": r.get("prefill_seconds"), "replay": r.get("replay_seconds"),
+                       "macs_share": r.get("macs_share")}
+            for r in summ["rows"] if r.get("prefill_seconds") is not None}
+
+
 def controls_of(con: dict, base: str, S: int, needles: dict) -> dict:
     """Paired retrieval contrasts of one selector arm against exact, RidgeFill alone and its
     controls (those it has)."""
@@ -142,7 +152,7 @@ def summarize(rep: dict, timing: dict, arms: list[Arm], meta: dict) -> dict:
             "arm": a.name, "label": a.label.strip(), "n": x["n"], "retrieval": x["score"],
             "all_found": x["correct"], "exact_row_share": x["exact_row_share"],
             "needle_rows_exact": x["needle_rows_exact"], "macs_share": macs,
-            "vs_exact": x["vs_exact"],
+            "vs_exact": x["vs_exact"], "vs_exact_by_length": x.get("vs_exact_by_length"),
             "prefill_seconds": t.get("prefill"), "replay_seconds": t.get("replay"),
             "selector_seconds": sel_cost,
             "speedup": (t_exact / t["prefill"]) if t_exact and t.get("prefill") else None,
@@ -164,7 +174,7 @@ def summarize(rep: dict, timing: dict, arms: list[Arm], meta: dict) -> dict:
     short = [k for k, v in sets.items() if k != "docs" and v["kept"] < meta["samples_asked"]]
     if meta.get("docs") and sets.get("docs", {}).get("kept", 0) < meta["docs"]:
         short.append("docs")
-    summ = {"rows": rows, "checks": checks, "loss": loss,
+    summ = {"rows": rows, "checks": checks, "loss": loss, "timing": timing,
             "loss_tokens": {k: docs.get(k) for k in ("units", "domains", "scored_tokens",
                                                      "novel_tokens", "key_tokens")},
             "partial": bool(short), "short_cells": short, "selector_vs_ridge": per_sel,
@@ -252,6 +262,15 @@ def markdown(summ: dict) -> str:
         L.append(f"| `{b}`{' (default)' if b == summ['default'] else ''} | " + " | ".join(
             _fmt_iv(c[k]) for k in ("vs_exact", "vs_ridge", "vs_random", "vs_tail", "vs_blind"))
             + " |")
+    lengths = sorted({n for r in summ["rows"] for n in (r.get("vs_exact_by_length") or {})}, key=int)
+    if lengths:
+        L += ["", "## Retrieval vs exact by prompt length (points, paired 95% CI)", "",
+              "| arm | " + " | ".join(lengths) + " |", "|---|" + "---|" * len(lengths)]
+        for r in summ["rows"]:
+            by = r.get("vs_exact_by_length") or {}
+            if by:
+                L.append(f"| `{r['arm']}` | " + " | ".join(_fmt_iv(by.get(n)) for n in lengths)
+                         + " |")
     L += ["", "## Ranking by the default rule", "",
           f"A selector qualifies with at most {MAX_SHARE:.0%} of prefix rows exact and retrieval "
           f"within {MARGIN:.0f} points of exact; then: retrieval, key-token Delta NLL, MAC share.",
@@ -354,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--timing-units", type=int, default=2, help="samples of the longest length")
+    p.add_argument("--reuse-timing", action="store_true",
+                   help="keep the timing of the summary already written (rebuild the rest)")
     p.add_argument("--maps", default=None, help="map file (default: fitted by the harness)")
     p.add_argument("--out-dir", type=Path, default=Path("results/selectors"))
     p.add_argument("--device", default=None)
@@ -389,12 +410,20 @@ def main(argv: list[str] | None = None) -> int:
         sess = Session(loaded, maps, reuse_lower=False)  # timing: every prefill runs its own
         units = [u for u in ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
                  if u.meta["length"] == max(a.lengths)]
-        timing = time_arms(sess, units, arms, a.timing_units) if a.timing_units else {}
+        previous = a.out_dir / name / "summary.json"
+        timing_s, shown, threads = None, command, torch.get_num_threads()
+        if a.reuse_timing and previous.is_file():
+            old = json.loads(previous.read_text())
+            timing, timing_s = stored_timing(old), old.get("timing_seconds")
+            threads = old.get("threads", threads)
+            shown = f"{old['command']}` (timing); summary rebuilt by `{command}"
+        else:
+            timing = time_arms(sess, units, arms, a.timing_units) if a.timing_units else {}
         short = a.samples < 20 or (a.docs and a.docs < 24)
         meta = {"model": name, "split": S, "tail": T, "lengths": a.lengths, "tasks": a.tasks,
-                "seed": a.seed, "command": command, "wall_seconds": wall,
-                "timing_seconds": time.time() - t1, "device": str(loaded.model.device),
-                "threads": torch.get_num_threads(),
+                "seed": a.seed, "command": shown, "wall_seconds": wall,
+                "timing_seconds": timing_s if timing_s is not None else time.time() - t1, "device": str(loaded.model.device),
+                "threads": threads,
                 "maps": a.maps or f"fitted by the harness (lambda {maps[S].meta.get('lambda')})",
                 "samples_asked": a.samples,
                 "strata": rep["needles"].get("strata", []),

@@ -218,6 +218,25 @@ def test_bootstrap_and_noninferiority_on_known_data():
     assert t["bound"] == t["floor"] and not t["passed"]  # -13.9 points < -2
 
 
+def test_needle_contrasts_by_prompt_length():
+    """Each length's interval is the paired contrast of that length's samples alone."""
+    recs = []
+    for i in range(8):
+        length = 2048 if i < 4 else 4096
+        for arm, score in (("exact", 1.0), ("ridge@3", float(length == 2048))):
+            recs.append({"arm": arm, "unit": f"u{i}", "stratum": f"t{i % 2}/{length}",
+                         "score": score, "correct": score, "filled": 90, "exact_prefix": 10,
+                         "needle_rows_exact": None, "macs_share": 0.5, "seconds": 1.0})
+    arms = [{"name": "exact", "label": ""}, {"name": "ridge@3", "label": ""}]
+    out = report._needles(recs, arms)["arms"]
+    by = out["ridge@3"]["vs_exact_by_length"]
+    assert set(by) == {"2048", "4096"}
+    assert by["2048"]["estimate"] == 0.0 and by["2048"]["n"] == 4
+    assert by["4096"] == {"estimate": -100.0, "low": -100.0, "high": -100.0, "n": 4,
+                          "stratified": True}
+    assert out["ridge@3"]["vs_exact"]["estimate"] == -50.0 and out["exact"]["vs_exact_by_length"] is None
+
+
 # ----------------------------------------------------------------------------- resume
 class Stop(Exception):
     pass
