@@ -20,7 +20,9 @@ from .prompt import Prompt
 
 REFERENCE_LAYERS = (3, 7, 11, 15)
 ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
-DEFAULT_ROWS = "combined"  # chosen by measurement: results/selectors/ (issue 9)
+# chosen by measurement (issue 9): top of gpu.selector_study's stated ranking on both built-in
+# models, results/selectors/<model>/summary.md
+DEFAULT_ROWS = "lexical"
 
 
 def lower_layers(split: int) -> list[int]:
