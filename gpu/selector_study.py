@@ -16,8 +16,8 @@ haystacks the calibration never saw) and the loss instrument on ``--docs`` long 
   top of a ranking by a rule stated in :func:`rank_selectors`.
 
 Then it times each arm's prefill alone (time to first token without decoding) on a few
-samples of the longest length, with no lower pass shared between arms, and replays each selector's rows through gpu.select.FixedRows to isolate the
-selector's own cost; and writes ``results/selectors/summary.{json,md}`` and
+samples of the longest length, with no lower pass shared between arms, and replays each
+selector's rows through gpu.select.FixedRows to isolate the selector's own cost; and writes ``results/selectors/summary.{json,md}`` and
 ``retrieval_vs_share.png``: retrieval vs exact-row share per selector, paired bootstrap
 intervals (rfmath.stats, within task) against exact, RidgeFill alone and the controls, the
 binomial floor, the MAC-ceiling speedup beside the measured one, and the sample counts,
@@ -95,8 +95,8 @@ def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
 def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
     """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); for selector arms
     also the same rows replayed through FixedRows (the selector's own cost = difference)."""
-    out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
     arms = [a for a in arms if a.control is None and not a.blind]  # controls cost the same
+    out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
     for u in units[:n_units]:
         counts: dict[str, int] = {}
         for arm in arms:
@@ -117,15 +117,6 @@ def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
 
 
 # ----------------------------------------------------------------------------- summary
-def stored_timing(summ: dict) -> dict:
-    """The timing of a written summary, as time_arms returns it."""
-    if summ.get("timing"):
-        return summ["timing"]
-    return {r["arm"]: {"prefill": r.get("prefill_seconds"), "replay": r.get("replay_seconds"),
-                       "macs_share": r.get("macs_share")}
-            for r in summ["rows"] if r.get("prefill_seconds") is not None}
-
-
 def controls_of(con: dict, base: str, S: int, needles: dict) -> dict:
     """Paired retrieval contrasts of one selector arm against exact, RidgeFill alone and its
     controls (those it has)."""
@@ -212,16 +203,11 @@ def rank_selectors(summ: dict) -> list[dict]:
     return out
 
 
-def _fmt_iv(iv) -> str:
+def _fmt_iv(iv, spec: str = "+.1f") -> str:
+    """An interval as "estimate [low, high]" (points by default; ".3f" for nats)."""
     if not iv or iv.get("low") is None:
         return "-"
-    return f"{iv['estimate']:+.1f} [{iv['low']:+.1f}, {iv['high']:+.1f}]"
-
-
-def _fmt_nats(iv) -> str:
-    if not iv or iv.get("low") is None:
-        return "-"
-    return f"{iv['estimate']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
+    return f"{iv['estimate']:{spec}} [{iv['low']:{spec}}, {iv['high']:{spec}}]"
 
 
 def _pct(x, nd=1):
@@ -303,8 +289,8 @@ def markdown(summ: dict) -> str:
               "| arm | n | all tokens | novel tokens | key tokens | agreement | mean KL |",
               "|---|---|---|---|---|---|---|"]
         for r in summ["loss"]:
-            L.append(f"| `{r['arm']}` | {r['n']} | {_fmt_nats(r['dnll_all'])} | "
-                     f"{_fmt_nats(r['dnll_novel'])} | {_fmt_nats(r['dnll_key'])} | "
+            L.append(f"| `{r['arm']}` | {r['n']} | {_fmt_iv(r['dnll_all'], '.3f')} | "
+                     f"{_fmt_iv(r['dnll_novel'], '.3f')} | {_fmt_iv(r['dnll_key'], '.3f')} | "
                      f"{_num(r['agreement'])} | {_num(r['kl_mean'], 3)} |")
         L.append("")
     if summ.get("notes"):
@@ -407,27 +393,34 @@ def main(argv: list[str] | None = None) -> int:
                     if r.get("instrument") == "session"]  # a resumed run counts every session
         wall = sum(r.get("wall_seconds", 0.0) for r in sessions) or time.time() - t0
         t1 = time.time()
-        sess = Session(loaded, maps, reuse_lower=False)  # timing: every prefill runs its own
-        units = [u for u in ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
-                 if u.meta["length"] == max(a.lengths)]
         previous = a.out_dir / name / "summary.json"
-        timing_s, shown, threads = None, command, torch.get_num_threads()
-        if a.reuse_timing and previous.is_file():
-            old = json.loads(previous.read_text())
-            timing, timing_s = stored_timing(old), old.get("timing_seconds")
-            threads = old.get("threads", threads)
-            shown = f"{old['command']}` (timing); summary rebuilt by `{command}"
+        if a.reuse_timing:
+            old = json.loads(previous.read_text()) if previous.is_file() else {}
+            if "timing" not in old:
+                raise SystemExit(f"--reuse-timing: {previous} holds no timing; run without it")
+            timing, timing_s, threads = old["timing"], old["timing_seconds"], old["threads"]
+            timing_units = old["timing_units"]
+            # summaries written before timing_command existed name it first in their command
+            timing_command = old.get("timing_command") or old["command"].split("` (timing)")[0]
+            shown = f"{timing_command}` (timing); summary rebuilt by `{command}"
         else:
+            sess = Session(loaded, maps, reuse_lower=False)  # every prefill runs its own
+            units = [u for u in ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
+                     if u.meta["length"] == max(a.lengths)]
             timing = time_arms(sess, units, arms, a.timing_units) if a.timing_units else {}
+            timing_s, threads = time.time() - t1, torch.get_num_threads()
+            timing_command = shown = command
+            timing_units = min(a.timing_units, len(units))
         short = a.samples < 20 or (a.docs and a.docs < 24)
         meta = {"model": name, "split": S, "tail": T, "lengths": a.lengths, "tasks": a.tasks,
-                "seed": a.seed, "command": shown, "wall_seconds": wall,
-                "timing_seconds": timing_s if timing_s is not None else time.time() - t1, "device": str(loaded.model.device),
+                "seed": a.seed, "command": shown, "timing_command": timing_command,
+                "wall_seconds": wall,
+                "timing_seconds": timing_s, "device": str(loaded.model.device),
                 "threads": threads,
                 "maps": a.maps or f"fitted by the harness (lambda {maps[S].meta.get('lambda')})",
                 "samples_asked": a.samples,
                 "strata": rep["needles"].get("strata", []),
-                "timing_units": min(a.timing_units, len(units)), "timing_length": max(a.lengths),
+                "timing_units": timing_units, "timing_length": max(a.lengths),
                 "docs": a.docs, "loss_length": a.loss_length,
                 "notes": [f"{a.samples} samples per task and length and {a.docs} documents (the "
                           "full study's minimum is 20 and 24): sized to a shared 2-core CPU."]
