@@ -17,12 +17,13 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from rfmath.gating import filled_share
 
@@ -293,11 +294,11 @@ class Engine:
                     kf, vf = self._rescale(layer, split, rescale, rescale_rows, x_split, h,
                                            computed, tail_start, norm, cos, sin, kf, vf, fill)
                 if splice is not None:
-                    ek, ev = exact_cache.layers[layer].keys, exact_cache.layers[layer].values
+                    ek, ev = _exact_entries(exact_cache.layers[layer], rows_f, base + n_new)
                     if splice in ("keys", "both"):
-                        kf = ek[:, :, rows_f]
+                        kf = ek
                     if splice in ("values", "both"):
-                        vf = ev[:, :, rows_f]
+                        vf = ev
                 k[:, :, rows_f], v[:, :, rows_f] = kf, vf
             if cache is not None:
                 k_all, v_all = cache.update(k, v, layer)
@@ -384,9 +385,11 @@ class Engine:
 
     # ------------------------------------------------------------------ decoding
     @torch.inference_mode()
-    def decode(self, pre: Prefill, max_new_tokens: int, eos_token_id=None) -> list[int]:
+    def decode(self, pre: Prefill, max_new_tokens: int, eos_token_id=None,
+               stop: Callable[[list[int]], bool] | None = None) -> list[int]:
         """Greedy decoding at full depth from the prefilled cache (every step runs the whole
-        model; the no-fill arm keeps its filled rows hidden from the late layers)."""
+        model; the no-fill arm keeps its filled rows hidden from the late layers), until the
+        end token, ``max_new_tokens`` or ``stop(tokens)``."""
         cache, logits = pre.cache, pre.last_logits
         n = int(pre.rows[-1]) + 1
         eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else
@@ -396,7 +399,7 @@ class Engine:
         for step in range(max_new_tokens):
             token = int(logits.argmax())
             out.append(token)
-            if token in eos or step == max_new_tokens - 1:
+            if token in eos or step == max_new_tokens - 1 or (stop is not None and stop(out)):
                 break
             ids = torch.tensor([[token]], device=self.model.device)
             if visible is None:
@@ -411,6 +414,28 @@ class Engine:
                 logits = self.adapter.logits(h)[0, -1]
             n += 1
         return out
+
+
+def full_cache(config) -> DynamicCache:
+    """An empty cache whose sliding-window layers keep every position (decoding from it
+    still reads only the window): the exact arm's cache when a splice reads from it."""
+    cache = DynamicCache(config=config)
+    for layer in cache.layers:
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            layer.activate_past_recording()
+    return cache
+
+
+def _exact_entries(layer, rows: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of positions ``rows`` from an exact cache layer holding positions up
+    to ``n - 1`` (a sliding-window layer may keep only its last columns)."""
+    offset = n - layer.keys.shape[2]
+    if offset and int(rows.min()) < offset:
+        raise ValueError(
+            f"the exact cache keeps only positions {offset}..{n - 1} of a sliding-window layer "
+            f"but the splice needs row {int(rows.min())}: prefill the exact arm into "
+            "gpu.engine.full_cache(config), which keeps every position")
+    return layer.keys[:, :, rows - offset], layer.values[:, :, rows - offset]
 
 
 def _read_by_someone(filled: torch.Tensor, computed: torch.Tensor, n: int, window: int):

@@ -55,7 +55,7 @@ class EvalConfig:
     loss_length: int = 4096                    # tokens of each document used
     score_tokens: int = 256                    # the scored final stretch (inside the tail)
     continuation: int = 32                     # exact greedy tokens for agreement / KL
-    answer_tokens: tuple[int, int] = (12, 9)   # new tokens per answer: a + b per value asked
+    answer_tokens: int = 128                   # new tokens per answer at most (RULER's NIAH)
     chat: bool = True                          # chat template (instruct models)
     answer_prefix: bool = True                 # RULER's answer prefix ends the prompt
     seed: int = 0
@@ -212,7 +212,7 @@ def needle_units(tok, cfg: EvalConfig, texts, stats: dict) -> list[Unit]:
                 units[(length, got, task)] = Unit(
                     "needle", f"{task}/{length}/{s.index}", p, _sig(p.ids[0].tolist(), s.expected),
                     f"{task}/{length}", s.seed, s.expected, rows,
-                    cfg.answer_tokens[0] + cfg.answer_tokens[1] * len(s.expected), meta={"task": task, "length": length})
+                    cfg.answer_tokens, meta={"task": task, "length": length})
                 got += 1
             stats[f"{task}/{length}"] = {"kept": got, "drawn": i}
     return [units[k] for k in sorted(units)]  # by length, then index, then task
@@ -244,29 +244,24 @@ def _key(unit: Unit, arm: Arm, extra) -> str:
 
 def run_needles(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm],
                 fingerprint: str, progress: bool = True) -> int:
-    """Every arm on every needle sample; returns how many records were measured now."""
+    """Every arm on every needle sample (a sample's arms decode as one batch, so a sample is
+    journaled whole); returns how many records were measured now."""
     done = 0
     bar = tqdm(total=len(units) * len(arms), desc=f"{sess.loaded.name} needles", unit="run",
                disable=not progress, dynamic_ncols=True)
     for u in units:
-        counts: dict[str, int] = {}
-        exact_cache = None
-        for arm in arms:
-            key = _key(u, arm, [fingerprint, u.max_new_tokens])
-            rec = journal.get(key)
-            if rec is None:
-                if arm.splice and exact_cache is None:
-                    exact_cache = sess.exact(u.prompt.ids, 1).cache
-                r, pre = ins.needle(sess, arm, u.prompt, u.expected, u.needle_rows,
-                                    max_new_tokens=u.max_new_tokens, count=counts.get(arm.of, 0),
-                                    seed=u.seed, exact_cache=exact_cache)
-                if arm.fill == "exact":
-                    exact_cache = pre.cache
-                rec = journal.add({"key": key, "instrument": "needle", "unit": u.id,
-                                   "stratum": u.stratum, "arm": arm.name, **u.meta, **r})
-                done += 1
-            counts[arm.name] = int(rec["exact_prefix"])
-            bar.update()
+        keys = {a.name: _key(u, a, [fingerprint, u.max_new_tokens]) for a in arms}
+        counts = {a.name: int(journal.get(k)["exact_prefix"]) for a in arms
+                  if (k := keys[a.name]) in journal}
+        todo = [a for a in arms if keys[a.name] not in journal]
+        if todo:
+            recs = ins.needles(sess, todo, u.prompt, u.expected, u.needle_rows,
+                               max_new_tokens=u.max_new_tokens, counts=counts, seed=u.seed)
+            for arm, r in zip(todo, recs):
+                journal.add({"key": keys[arm.name], "instrument": "needle", "unit": u.id,
+                             "stratum": u.stratum, "arm": arm.name, **u.meta, **r})
+            done += len(todo)
+        bar.update(len(arms))
     bar.close()
     return done
 
@@ -425,7 +420,7 @@ def run_mini(out_dir: Path, progress: bool = True, device: str | None = "cpu") -
     calib = minimodel.write_calibration(root / "calib")
     cfg = EvalConfig(loaded.name, (3, 4), 160, {512: tasks.TASKS}, samples=1, docs=2,
                      loss_length=256, score_tokens=24, continuation=4, chat=True,
-                     answer_tokens=(2, 2),
+                     answer_tokens=6,
                      calib_tokens=3000, minimum={"samples": 1, "docs": 2, "domains": 2})
     fit_kw = {"lambdas": (1e-3, 1e-1), "doc_tokens": 512, "heldout_docs": 1,
               "heldout_tokens": 256}

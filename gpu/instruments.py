@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from rfmath import cost
 
 from . import select
-from .engine import Engine, Prefill
+from .batch_decode import Batch, batchable
+from .engine import Engine, Prefill, full_cache
 from .plan import Plan
 from .prompt import Prompt
 
@@ -92,7 +92,7 @@ class Session:
         """The stock forward (the exact arm), with logits of the last ``keep`` rows only."""
         n = ids.shape[1]
         out = self.model(input_ids=ids.to(self.model.device),
-                         cache=DynamicCache(config=self.model.config), use_cache=True,
+                         cache=full_cache(self.model.config), use_cache=True,
                          logits_to_keep=keep)
         rows = torch.arange(n - keep, n, device=self.model.device)
         return Prefill(out.cache, out.logits[0, -keep:], rows, None, "exact")
@@ -200,26 +200,58 @@ def kl_and_agreement(exact_logits: torch.Tensor, arm_logits: torch.Tensor,
 
 
 # ----------------------------------------------------------------------------- instruments
-def needle(sess: Session, arm: Arm, prompt: Prompt, expected: list[str], needle_rows: list[int],
-           *, max_new_tokens: int, count: int = 0, seed: int = 0, exact_cache=None) -> tuple[dict, Prefill]:
-    """Answer one needle prompt under ``arm``; RULER's score and what the plan kept exact."""
+def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
+            needle_rows: list[int], *, max_new_tokens: int, counts: dict[str, int],
+            seed: int = 0) -> list[dict]:
+    """Answer one needle prompt under each of ``arms`` (in order); RULER's score and what
+    each plan kept exact. Every arm prefills, then the answers decode greedily together
+    (gpu.batch_decode; an arm whose cache does not batch, the no-fill arm, decodes alone).
+    An answer stops at the end token, after ``max_new_tokens`` or once it holds every
+    expected value (RULER's score cannot change after that). ``counts``: the selection size
+    of each arm already measured, which its controls copy; updated here."""
     from .tasks import all_found, score
 
+    eos = sess.tok.eos_token_id
+    found = lambda tokens: all_found(sess.tok.decode(tokens, skip_special_tokens=True), expected)
+    batch = Batch(sess.model, len(arms), max_new_tokens)
+    exact_cache, runs = None, []
+    for arm in arms:
+        if arm.splice and exact_cache is None:
+            exact_cache = sess.exact(prompt.ids, 1).cache
+        t0 = time.perf_counter()
+        pre = sess.prefill(arm, prompt, count=counts.get(arm.of, 0), seed=seed,
+                           exact_cache=exact_cache, last_only=True)
+        exact = set(pre.plan.exact_rows.tolist()) if pre.plan is not None else set()
+        rows = [r for r in needle_rows if pre.plan is None or r < pre.plan.n_prefix]
+        covered = (sum(r in exact for r in rows) / len(rows)) if rows and pre.plan is not None else None
+        rec = {"n": prompt.n, **plan_counts(pre, prompt.n), "needle_rows_exact": covered,
+               "macs_share": sess.macs_share(arm, pre, prompt.n)}
+        counts[arm.name] = rec["exact_prefix"]
+        if arm.fill == "exact":
+            exact_cache = pre.cache
+        if batchable(pre):
+            tokens = batch.add(pre)  # a slot, answered below
+            rec["prefill_seconds"] = time.perf_counter() - t0
+        else:
+            rec["prefill_seconds"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            tokens = sess.engine(arm.split).decode(pre, max_new_tokens, eos, stop=found)
+            rec["decode_seconds"] = time.perf_counter() - t1
+        runs.append((rec, tokens))
     t0 = time.perf_counter()
-    pre = sess.prefill(arm, prompt, count=count, seed=seed, exact_cache=exact_cache,
-                       last_only=True)
-    engine = sess.engine(arm.split)
-    tokens = engine.decode(pre, max_new_tokens, sess.tok.eos_token_id)
-    answer = sess.tok.decode(tokens, skip_special_tokens=True)
-    exact = set(pre.plan.exact_rows.tolist()) if pre.plan is not None else set()
-    rows = [r for r in needle_rows if pre.plan is None or r < pre.plan.n_prefix]
-    covered = (sum(r in exact for r in rows) / len(rows)) if rows and pre.plan is not None else None
-    rec = {"answer": answer, "score": score(answer, expected),
-           "correct": int(all_found(answer, expected)), "n": prompt.n,
-           **plan_counts(pre, prompt.n), "needle_rows_exact": covered,
-           "macs_share": sess.macs_share(arm, pre, prompt.n),
-           "seconds": time.perf_counter() - t0}
-    return rec, pre
+    answers = batch.greedy(eos, stop=lambda slot, tokens: found(tokens))
+    share = (time.perf_counter() - t0) / max(len(answers), 1)
+    out = []
+    for rec, tokens in runs:
+        if isinstance(tokens, int):
+            tokens = answers[tokens]
+            rec["decode_seconds"] = share  # this arm's share of the batch
+        answer = sess.tok.decode(tokens, skip_special_tokens=True)
+        rec.update(answer=answer, new_tokens=len(tokens), score=score(answer, expected),
+                   correct=int(all_found(answer, expected)),
+                   seconds=rec["prefill_seconds"] + rec["decode_seconds"])
+        out.append(rec)
+    return out
 
 
 def stretch_nll(pre: Prefill, ids: torch.Tensor, start: int) -> np.ndarray:

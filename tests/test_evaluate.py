@@ -48,7 +48,7 @@ def mini(tmp_path_factory):
 def small_cfg(loaded, **kw):
     base = ev.EvalConfig(loaded.name, (3,), 160, {512: ("niah_single_1",)}, samples=1, docs=1,
                          loss_length=256, score_tokens=24, continuation=3,
-                         answer_tokens=(2, 1), minimum={"samples": 1, "docs": 1, "domains": 1})
+                         answer_tokens=3, minimum={"samples": 1, "docs": 1, "domains": 1})
     return replace(base, **kw)
 
 
@@ -175,21 +175,52 @@ def test_kl_agreement_and_needle_score():
     assert tasks.score("1234567", ["1234567", "7654321"]) == 0.5
 
 
-def test_needle_instrument_scores_the_decoded_answer(mini, monkeypatch):
+def test_needle_instrument_scores_the_decoded_answers(mini, monkeypatch):
+    """Each arm's record scores its own slot of the batch (the no-fill arm decodes alone),
+    and the controls copy the count their selection recorded."""
     loaded, maps = mini["loaded"], mini["maps"]
     cfg = small_cfg(loaded)
     sess = ins.Session(loaded, maps)
     u = ev.needle_units(loaded.tokenizer, cfg, SyntheticTexts(), {})[0]
     value = u.expected[0]
     answer = loaded.tokenizer(" " + value, add_special_tokens=False).input_ids
-    monkeypatch.setattr(ins.Engine, "decode", lambda self, pre, n, eos=None: answer)
-    arm = next(a for a in ev.study_arms(cfg, loaded.n_layers) if a.name == "ridge+attention@3")
-    rec, pre = ins.needle(sess, arm, u.prompt, u.expected, u.needle_rows, max_new_tokens=4)
-    assert rec["score"] == 1.0 and rec["correct"] == 1
+    wrong = loaded.tokenizer(" no idea", add_special_tokens=False).input_ids
+    by_name = {a.name: a for a in ev.study_arms(cfg, loaded.n_layers)}
+    arms = [by_name[n] for n in ("exact", "nofill@3", "ridge+attention@3",
+                                 "ridge+attention@3/random")]
+    monkeypatch.setattr(ins.Batch, "greedy",  # slots: exact, selection, control
+                        lambda self, eos=None, stop=None: [answer, wrong, answer])
+    monkeypatch.setattr(ins.Engine, "decode", lambda self, pre, n, eos=None, stop=None: wrong)
+    counts: dict = {}
+    recs = ins.needles(sess, arms, u.prompt, u.expected, u.needle_rows, max_new_tokens=4,
+                       counts=counts)
+    assert [r["correct"] for r in recs] == [1, 0, 0, 1]
+    assert [r["score"] for r in recs] == [1.0, 0.0, 0.0, 1.0]
+    assert recs[0]["answer"] == " " + value and recs[1]["answer"] == " no idea"
+    sel, ctl = recs[2], recs[3]
+    assert counts["ridge+attention@3"] == sel["exact_prefix"] == ctl["exact_prefix"] > 0
+    assert recs[0]["macs_share"] == 1.0 and 0 < sel["macs_share"] < 1
+    assert all(r["seconds"] == pytest.approx(r["prefill_seconds"] + r["decode_seconds"])
+               for r in recs)
+    pre = sess.prefill(arms[2], u.prompt, last_only=True)  # the selection again, alone
     exact = set(pre.plan.exact_rows.tolist())
-    assert rec["needle_rows_exact"] == pytest.approx(
+    assert sel["needle_rows_exact"] == pytest.approx(
         sum(r in exact for r in u.needle_rows) / len(u.needle_rows))
-    assert 0 < rec["macs_share"] < 1
+
+
+def test_needle_answers_stop_once_every_value_is_found(mini):
+    """An answer stops when it holds every expected value (the score is final then): the
+    exact arm's answer on a real batch is a prefix of its answer with no early stop."""
+    loaded, maps = mini["loaded"], mini["maps"]
+    sess = ins.Session(loaded, maps)
+    u = ev.needle_units(loaded.tokenizer, small_cfg(loaded), SyntheticTexts(), {})[0]
+    arm = ins.Arm("exact", "exact")
+    pre = sess.prefill(arm, u.prompt, last_only=True)
+    free = sess.engine(None).decode(pre, 12, loaded.tokenizer.eos_token_id)
+    text = loaded.tokenizer.decode(free, skip_special_tokens=True)
+    (rec,) = ins.needles(sess, [arm], u.prompt, [text[1:4]], [], max_new_tokens=12, counts={})
+    assert text.startswith(rec["answer"]) and text[1:4] in rec["answer"]
+    assert rec["new_tokens"] < len(free) or rec["answer"] == text
 
 
 # ----------------------------------------------------------------------------- intervals
@@ -246,37 +277,39 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     loaded, maps = mini["loaded"], mini["maps"]
     cfg = small_cfg(loaded, splits=(3,))
     calls = {"needle": 0, "loss": 0}
-    real = {"needle": ins.needle, "loss": ins.loss}
-    limit = {"n": 5}
+    real = {"needle": ins.needles, "loss": ins.loss}
+    limit = {"loss": 3}
 
-    def wrap(kind):
-        def f(*a, **k):
-            if calls["needle"] + calls["loss"] >= limit["n"]:
-                raise Stop
-            calls[kind] += 1
-            return real[kind](*a, **k)
-        return f
+    def needles(sess, arms, *a, **k):
+        calls["needle"] += len(arms)
+        return real["needle"](sess, arms, *a, **k)
 
-    monkeypatch.setattr(ins, "needle", wrap("needle"))
-    monkeypatch.setattr(ins, "loss", wrap("loss"))
+    def loss(*a, **k):
+        if calls["loss"] >= limit["loss"]:
+            raise Stop
+        calls["loss"] += 1
+        return real["loss"](*a, **k)
+
+    monkeypatch.setattr(ins, "needles", needles)
+    monkeypatch.setattr(ins, "loss", loss)
     kw = dict(maps=maps, progress=False)
+    arms = ev.study_arms(cfg, loaded.n_layers)
+    n_needle = len(arms)
     with pytest.raises(Stop):
         ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
-    first = dict(calls)
-    assert first["needle"] == 5
+    assert calls == {"needle": n_needle, "loss": 3}
     j = Journal(tmp_path / loaded.name / "records.jsonl")
-    assert sum(r["instrument"] == "needle" for r in j.records()) == 5
+    assert sum(r["instrument"] == "needle" for r in j.records()) == n_needle
+    assert sum(r["instrument"] == "loss" for r in j.records()) == 1 + 3  # exact's, then 3 arms
     assert [r["finished"] for r in j.records() if r["instrument"] == "session"] == [False]
     # a torn last line (killed mid-write) is dropped, the rest kept
     with open(j.path, "a") as fh:
         fh.write('{"key": "needle|torn')
-    limit["n"] = 10 ** 6
+    limit["loss"] = 10 ** 6
     calls.update(needle=0, loss=0)
     rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
-    arms = ev.study_arms(cfg, loaded.n_layers)
-    n_needle = len(arms)
     n_doc = len([a for a in arms if not a.blind]) - 1  # the exact document run is not ins.loss
-    assert calls == {"needle": n_needle - 5, "loss": n_doc}
+    assert calls == {"needle": 0, "loss": n_doc - 3}
     assert rep["counts"]["needle_records"] == n_needle
     calls.update(needle=0, loss=0)
     rep2 = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)

@@ -1,0 +1,131 @@
+"""Batched greedy decoding (gpu.batch_decode) against one-at-a-time ``Engine.decode``.
+
+Oracle: ``Engine.decode`` of each prefill alone. A batched step sums in another order, so the
+test asks for the same greedy tokens (random tiny models leave no near-ties at these sizes)
+and the same first-step logits to rounding. The gemma3 twin's window (6) is shorter than the
+prompt, so its sliding-window layers run the windowed path.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu.batch_decode import Batch, batchable
+from gpu.engine import Engine, Prefill, full_cache
+from gpu.plan import Plan
+from gpu_fixtures import DenseMaps, LAYERS, random_maps, tiny_model, token_ids
+
+N, SPLIT, TAIL, STEPS = 20, 1, 3, 7
+
+
+def prefills(model, ids):
+    """Five caches of one prompt: exact, RidgeFill, identity fill, RidgeFill with exact keys,
+    and exact again in a cache whose sliding-window layers keep every position (the
+    harness's exact arm, which the splice reads)."""
+    ridge = Engine(model, DenseMaps(SPLIT, random_maps(SPLIT, seed=4)))
+    plan = Plan(N, SPLIT, TAIL, LAYERS)
+    full = full_cache(model.config)
+    out = model(input_ids=ids, cache=full, use_cache=True)
+    kept = Prefill(full, out.logits[0, -1:], torch.tensor([N - 1]), None, "exact")
+    return ridge, [ridge.prefill(ids, None, "exact"), ridge.prefill(ids, plan, "ridge"),
+                   ridge.prefill(ids, plan, "identity"),
+                   ridge.prefill(ids, plan, "ridge", splice="keys", exact_cache=full), kept]
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_batch_equals_one_at_a_time(family):
+    model = tiny_model(family, seed=5)
+    ids = token_ids(N, seed=6)
+    eng, pres = prefills(model, ids)
+    alone = [eng.decode(p, STEPS) for p in prefills(model, ids)[1]]  # fresh caches
+    assert len({tuple(a) for a in alone}) > 1  # the arms differ, so the slots matter
+    assert alone[4] == alone[0]  # keeping every position changes nothing that decoding reads
+    batch = Batch(model, capacity=len(pres) + 2, max_new_tokens=STEPS)  # spare slots trimmed
+    assert [batch.add(p) for p in pres] == [0, 1, 2, 3, 4]
+    first = torch.stack(batch.logits)
+    assert batch.greedy() == alone
+    for p, row in zip(pres, first):
+        assert torch.equal(p.last_logits, row)
+    # the second step's logits, batched against alone, agree to rounding
+    b2 = Batch(model, len(pres), 2)
+    for p in prefills(model, ids)[1]:
+        b2.add(p)
+    tokens = torch.stack(b2.logits).argmax(-1)
+    batched = model(input_ids=tokens[:, None], cache=b2.cache, use_cache=True).logits[:, -1]
+    for j, p in enumerate(prefills(model, ids)[1]):
+        one = model(input_ids=tokens[j:j + 1, None], cache=p.cache, use_cache=True).logits[0, -1]
+        torch.testing.assert_close(batched[j], one, rtol=1e-5, atol=1e-5)
+
+
+@torch.inference_mode()
+def test_stopped_slots_leave_and_the_rest_go_on():
+    model = tiny_model("llama", seed=5)
+    ids = token_ids(N, seed=6)
+    eng, pres = prefills(model, ids)
+    alone = [eng.decode(p, STEPS) for p in prefills(model, ids)[1]]
+    batch = Batch(model, len(pres), STEPS)
+    for p in pres:
+        batch.add(p)
+    seen = []
+
+    def stop(slot, tokens):
+        seen.append(slot)
+        return slot in (0, 2) and len(tokens) == 3
+
+    out = batch.greedy(stop=stop)
+    assert out[0] == alone[0][:3] and out[2] == alone[2][:3]
+    assert out[1] == alone[1] and out[3:] == alone[3:]
+    assert seen.count(0) == 3 and seen.count(1) == STEPS - 1  # asked until it left / the cap
+    # an end token ends its slot (the token is kept, as Engine.decode keeps it)
+    eos = alone[1][2]
+    b = Batch(model, len(pres), STEPS)
+    for p in prefills(model, ids)[1]:
+        b.add(p)
+    got = b.greedy(eos_token_id=eos)
+    assert got[1] == alone[1][: alone[1].index(eos) + 1]
+    assert got == [eng.decode(p, STEPS, eos) for p in prefills(model, ids)[1]]
+
+
+@torch.inference_mode()
+def test_what_does_not_batch_is_refused_clearly():
+    model = tiny_model("llama", seed=5)
+    ids = token_ids(N, seed=6)
+    eng = Engine(model, DenseMaps(SPLIT, random_maps(SPLIT, seed=4)))
+    plan = Plan(N, SPLIT, TAIL, LAYERS)
+    nofill = eng.prefill(ids, plan, "none")
+    assert not batchable(nofill)
+    with pytest.raises(ValueError, match="Engine.decode"):
+        Batch(model, 2, 3).add(nofill)
+    b = Batch(model, 1, 3)
+    b.add(eng.prefill(ids, None, "exact"))
+    with pytest.raises(ValueError, match="holds 1"):
+        b.add(eng.prefill(ids, None, "exact"))
+    other = Batch(model, 2, 3)
+    other.add(eng.prefill(ids, None, "exact"))
+    with pytest.raises(ValueError, match="one prompt"):
+        other.add(eng.prefill(token_ids(N + 1, seed=6), None, "exact"))
+    assert Batch(model, 2, 3).greedy() == []
+
+
+@torch.inference_mode()
+def test_splice_needs_every_position_of_a_sliding_window_layer():
+    """gemma3's stock cache keeps only a sliding layer's last window - 1 columns; a splice of
+    rows before them says how to keep them, and from a full cache it writes exact entries."""
+    model = tiny_model("gemma3", seed=5)
+    ids = token_ids(N, seed=6)
+    eng = Engine(model, DenseMaps(SPLIT, random_maps(SPLIT, seed=4)))
+    plan = Plan(N, SPLIT, TAIL, LAYERS)
+    stock = eng.prefill(ids, None, "exact").cache
+    with pytest.raises(ValueError, match="full_cache"):
+        eng.prefill(ids, plan, "ridge", splice="both", exact_cache=stock)
+    full = full_cache(model.config)
+    model(input_ids=ids, cache=full, use_cache=True)
+    pre = eng.prefill(ids, plan, "ridge", splice="both", exact_cache=full)
+    for layer in range(SPLIT + 1, LAYERS):
+        got, ref = pre.cache.layers[layer], full.layers[layer]
+        n = got.keys.shape[2]  # a sliding layer keeps its last columns, the full one all
+        f = n - TAIL  # the kept filled rows come from the exact cache as they are
+        assert f > 0 and torch.equal(got.keys[:, :, :f], ref.keys[:, :, N - n:N - TAIL])
+        assert torch.equal(got.values[:, :, :f], ref.values[:, :, N - n:N - TAIL])
+        torch.testing.assert_close(got.keys[:, :, f:], ref.keys[:, :, N - TAIL:])
