@@ -12,8 +12,9 @@ Cases:
   order and for the weighted update without a weighted copy. Expect a ratio below 1.
 - the gated delta rule scan over 8K rows, 9 heads of 64 x 64 (= 576).
 - selectors: span completion over 8K rows, the lexical net's 4-gram match of 8K prefix words
-  against a 64-word window, and the two whole selectors that use them (the whole selectors are
-  dominated by per-piece Python string work that both backends share).
+  against a 64-word window, and the two whole selectors that use them. Their Numba backend
+  also scans the text (code points and rfmodel.charclass flags), where the NumPy twin walks
+  the characters and pieces in Python; the character table is built in the warm-up.
 
 Run: ``python -m rfmodel.bench`` (or ``run_kernel_bench(quick=True)`` for a smoke run).
 """

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rfmodel import _validate as _v
-from rfmodel import kernels
+from rfmodel import charclass, kernels
 
 __all__ = ["normalize_word", "words", "sentence_ids", "lexical_net", "NGRAM_BACKENDS"]
 
@@ -146,49 +146,78 @@ def lexical_net(text: str, token_char_spans: np.ndarray, n_prefix: int, window: 
     blocked = np.zeros(len(text), dtype=np.bool_)
     for r in special:
         blocked[spans[r, 0]:spans[r, 1]] = True
-    char_row = _row_of_chars(spans, len(text))
-    sent = sentence_ids(text, blocked)
-    ws = words(text, blocked)
-    word_row = np.array([char_row[a] for _, a, _ in ws], dtype=np.int64)
-    vocab: dict[str, int] = {}
-    word_id = np.array([vocab.setdefault(w, len(vocab)) for w, _, _ in ws], dtype=np.int64)
-
+    skip = np.zeros(N, dtype=np.bool_)
+    skip[special] = True
     # window: words touching the last `win` content rows
-    content = np.ones(N, dtype=np.bool_)
-    content[special] = False
+    content = ~skip
     content[template] = False
-    win_rows = np.flatnonzero(content)[-win:]
-    in_win = np.zeros(N + 1, dtype=np.bool_)
-    in_win[win_rows] = True
-    win_words = np.array([wid for wid, (_, a, b) in zip(word_id, ws) if in_win[char_row[a:b]].any()],
-                         dtype=np.int64)
+    in_win = np.zeros(N, dtype=np.bool_)
+    in_win[np.flatnonzero(content)[-win:]] = True
+    starts, word_id, sent, char_row, row_sent, touching = _SCANS[backend](
+        text, spans, blocked, skip, n_p, in_win)
+    win_words = word_id[touching]
 
-    pre = word_row >= 0
-    pre &= word_row < n_p
+    word_row = char_row[starts]
+    pre = (word_row >= 0) & (word_row < n_p)
     p_ids = word_id[pre]
-    p_sent = np.array([sent[a] for (_, a, _), keep in zip(ws, pre) if keep], dtype=np.int64)
-    counts = np.bincount(p_ids, minlength=len(vocab)) if p_ids.size else np.zeros(len(vocab), np.int64)
+    p_sent = sent[starts[pre]]
+    counts = np.bincount(p_ids, minlength=int(word_id.max(initial=-1)) + 1)
     hits = NGRAM_BACKENDS[backend](np.ascontiguousarray(p_ids), np.ascontiguousarray(win_words), k)
     kept = set()
     for p in np.flatnonzero(hits):
         run = slice(p, p + k)
         if p_sent[p] == p_sent[p + k - 1] and counts[p_ids[run]].min() <= max_count:
             kept.add(int(p_sent[p]))
-    if not kept:
-        return np.zeros(0, dtype=np.int64)
-
     rows: list[int] = []
-    by_sentence: dict[int, list[int]] = {}
-    special_set = set(special.tolist())
+    for s in sorted(kept):
+        rows.extend(np.flatnonzero(row_sent == s)[:per_sentence].tolist())
+    return np.array(sorted(rows[:cap]), dtype=np.int64)
+
+
+def _scan_reference(text, spans, blocked, skip, n_p, in_win):
+    """Word starts and ids, each character's sentence and row, each prefix row's sentence
+    (-2: skipped or empty) and which words touch a window row, in plain Python: the
+    definitions above, literally."""
+    ws = words(text, blocked)
+    vocab: dict[str, int] = {}
+    word_id = np.array([vocab.setdefault(w, len(vocab)) for w, _, _ in ws], dtype=np.int64)
+    starts = np.array([a for _, a, _ in ws], dtype=np.int64)
+    sent = sentence_ids(text, blocked)
+    char_row = _row_of_chars(spans, len(text))
+    touching = np.array([any(in_win[r] for r in char_row[a:b] if r >= 0) for _, a, b in ws],
+                        dtype=np.bool_)
+    row_sent = np.full(n_p, -2, dtype=np.int64)
     for r in range(n_p):
         a, b = spans[r]
-        if r in special_set or a == b:
+        if skip[r] or a == b:
             continue
-        chunk = text[a:b]
-        off = next((i for i, c in enumerate(chunk) if not c.isspace()), 0)
-        s = int(sent[a + off])
-        if s in kept:
-            by_sentence.setdefault(s, []).append(r)
-    for s in sorted(kept):
-        rows.extend(by_sentence.get(s, [])[:per_sentence])
-    return np.array(sorted(rows[:cap]), dtype=np.int64)
+        off = next((i for i, c in enumerate(text[a:b]) if not c.isspace()), 0)
+        row_sent[r] = sent[a + off]
+    return starts, word_id, sent, char_row, row_sent, touching
+
+
+_BREAKS = charclass.codepoints("".join(sorted(_LINE_BREAKS | _CJK_ENDS)))
+_MARKS = charclass.codepoints("".join(sorted(_ASCII_ENDS)))
+
+
+def _scan_numba(text, spans, blocked, skip, n_p, in_win):
+    """``_scan_reference`` with Numba kernels over code points and charclass flags; words
+    are numbered by a hash of their normalized form, checked against the words themselves
+    (on a collision the ids come from the plain dictionary instead)."""
+    cps = charclass.codepoints(text)
+    flags = charclass.flags(cps)
+    starts, ends, sent = kernels.scan_text(cps, flags, blocked, _BREAKS, _MARKS)
+    length, key = kernels.word_keys(cps, starts, ends)
+    _, first, word_id = np.unique(key, return_index=True, return_inverse=True)
+    word_id = word_id.astype(np.int64).reshape(-1)
+    if not kernels.same_words(cps, starts, length, word_id, first):
+        vocab: dict[str, int] = {}
+        word_id = np.array([vocab.setdefault(normalize_word(text[a:b]), len(vocab))
+                            for a, b in zip(starts.tolist(), ends.tolist())], dtype=np.int64)
+    spans = spans.astype(np.int64)
+    char_row = kernels.rows_of_chars(spans, len(text))
+    row_sent = kernels.row_sentences(spans, sent, flags, skip, n_p)
+    return starts, word_id, sent, char_row, row_sent, kernels.words_touching(starts, ends, char_row, in_win)
+
+
+_SCANS = {"reference": _scan_reference, "numba": _scan_numba}

@@ -28,7 +28,7 @@ import unicodedata
 import numpy as np
 
 from rfmodel import _validate as _v
-from rfmodel import kernels
+from rfmodel import charclass, kernels
 from rfmodel.lexical import lexical_net  # noqa: F401 -- re-exported
 
 __all__ = [
@@ -233,14 +233,20 @@ def probe_rows(received_late: np.ndarray, n_prefix: int, E: int, reserved=()) ->
     return np.union1d(res, _top(r, rest, e - res.size)).astype(np.int64)
 
 
-def word_groups(pieces: list[str]) -> np.ndarray:
+def word_groups(pieces: list[str], *, backend: str = "numba") -> np.ndarray:
     """Word label per row ``(n,)`` int64, non-decreasing from 0.
 
     A new word starts at a piece with a space marker or whitespace, at a piece whose first
     character is not a letter/digit, and after a piece whose last character is not one; a
     digit run continues through a lone ``,`` or ``.`` piece between digits (``7``, ``,``,
-    ``654`` is one number).
+    ``654`` is one number). backend: ``"numba"`` scans the joined pieces' code points
+    (``kernels.piece_word_starts``), ``"reference"`` the pieces as strings; both agree.
     """
+    return (np.cumsum(_WORD_STARTS[_v.choice(backend, "backend", tuple(_WORD_STARTS))](pieces))
+            - 1).astype(np.int64)
+
+
+def _word_starts_reference(pieces: list[str]) -> np.ndarray:
     n = len(pieces)
     parts = [_split_piece(p) for p in pieces]
     alnum_first = [bool(b) and not s and _kind(b[0]) in ("letter", "digit") for s, b in parts]
@@ -256,7 +262,22 @@ def word_groups(pieces: list[str]) -> np.ndarray:
             starts[i] = False  # "7" "," -> same number
         elif digit_first[i] and sep[i - 1] and i >= 2 and digit_last[i - 2]:
             starts[i] = False  # "," "654" -> same number
-    return (np.cumsum(starts) - 1).astype(np.int64)
+    return starts
+
+
+_MARKER_CPS = charclass.codepoints(_MARKERS)
+_SPACE_LIKE_CPS = charclass.codepoints(_SPACE_LIKE)
+
+
+def _word_starts_numba(pieces: list[str]) -> np.ndarray:
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)), out=offsets[1:])
+    cps = charclass.codepoints("".join(pieces))
+    return kernels.piece_word_starts(cps, charclass.flags(cps), offsets, _MARKER_CPS,
+                                     _SPACE_LIKE_CPS)
+
+
+_WORD_STARTS = {"reference": _word_starts_reference, "numba": _word_starts_numba}
 
 
 def _complete_groups_reference(group: np.ndarray, selected: np.ndarray, max_run: int) -> np.ndarray:
@@ -284,7 +305,7 @@ def complete_spans(rows, pieces: list[str], n_prefix: int, max_run: int = 32, *,
     _v.choice(backend, "backend", tuple(SPAN_BACKENDS))
     selected = np.zeros(n_p, dtype=np.bool_)
     selected[sel_rows] = True
-    return np.flatnonzero(SPAN_BACKENDS[backend](word_groups(ps), selected, m)).astype(np.int64)
+    return np.flatnonzero(SPAN_BACKENDS[backend](word_groups(ps, backend=backend), selected, m)).astype(np.int64)
 
 
 def combine(budget: int, *ranked_lists) -> np.ndarray:
