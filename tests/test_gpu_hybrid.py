@@ -22,7 +22,7 @@ from gpu.fit import FitOptions, documents, fit
 from gpu.mapfile import load_maps
 from gpu.models import Loaded
 from gpu.plan import Plan
-from gpu_fixtures import (assert_lower_reuse_bitwise, byte_tokenizer, calib_dir,
+from gpu_fixtures import (DenseMaps, assert_lower_reuse_bitwise, byte_tokenizer, calib_dir,
                           every_row_through_late, tiny_model)
 from rfmath.gating import filled_share
 
@@ -87,19 +87,6 @@ def family_model(request):
 
 def ids_for(n: int, seed: int) -> torch.Tensor:
     return torch.randint(3, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
-
-
-class DenseMaps:
-    """A Predictor x_hat_l = A_l x + b_l (float32), optionally carrying DeltaM."""
-
-    def __init__(self, split: int, maps: dict, delta_M: dict | None = None):
-        self.split = split
-        self.t = {l: (torch.as_tensor(A, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32))
-                  for l, (A, b) in maps.items()}
-        self.delta_M = delta_M or {}
-
-    def predict(self, layer, x):
-        return torch.nn.functional.linear(x, *self.t[layer])
 
 
 def near_identity_maps(split: int, seed: int = 0, noise: float = 0.3):
@@ -368,7 +355,7 @@ def test_correction_errors(tmp_path):
     model without GDN layers above the split (fit and generate)."""
     hybrid = _loaded(hybrid_model("qwen3_next", seed=3), "tiny-qwen3_next", tmp_path)
     no_delta = DenseMaps(1, near_identity_maps(1))
-    no_delta.delta_M = {}
+    no_delta.delta_M = {}  # maps fitted without --correction
     with pytest.raises(ValueError, match="refit the maps with `ridgefill fit --correction`"):
         RidgeFill(hybrid, no_delta, tail=8, correction=True)
     with pytest.raises(ValueError, match="--fill identity"):
