@@ -361,8 +361,6 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     """Run (or resume) one model's grid and write its report; returns the report dict.
     ``arms`` replaces the study's arms (a selector study: any gpu.select selector with its
     options, each followed by controls whose ``of`` names it)."""
-    from . import report
-
     started = time.time()
     root = out_dir / loaded.name
     root.mkdir(parents=True, exist_ok=True)
@@ -387,13 +385,31 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
             if docs:
                 run_docs(sess, journal, docs, arms, cfg, fingerprint, progress)
         finished = True
-    finally:  # an interrupted session's time counts too
+    finally:  # an interrupted session's time counts too, and its report shows what it holds
         journal.add({"key": f"session|{started:.3f}", "instrument": "session",
                      "command": command, "started": started, "finished": finished,
                      "wall_seconds": time.time() - started, "measured": len(journal) - before})
+        if not finished:
+            try:
+                rep = _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps,
+                              fingerprint, stats, texts, command, preset)
+                print(f"stopped: partial report of {rep['counts']['records']} records -> "
+                      f"{root}/report.md (rerun to resume)", file=sys.stderr)
+            except Exception as exc:  # never hide why the run stopped
+                print(f"stopped; the partial report failed too: {exc!r}", file=sys.stderr)
+    return _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerprint,
+                   stats, texts, command, preset)
+
+
+def _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerprint, stats,
+            texts, command, preset) -> dict:
+    """The report of what the journal holds for this grid (gpu.report)."""
+    from . import report
+
     keys_now = {_key(u, a, [fingerprint, u.max_new_tokens]) for u in needles for a in arms}
     extra = [fingerprint, cfg.score_tokens, cfg.key_window, cfg.continuation]
-    keys_now |= {_key(u, a, extra) for u in docs for a in arms if not a.blind}
+    doc_arms = [a for a in arms if not a.blind]
+    keys_now |= {_key(u, a, extra) for u in docs for a in doc_arms}
     records = [r for r in journal.records() if r["key"] in keys_now or r["instrument"] == "session"]
     meta = {"model": loaded.name, "n_layers": loaded.n_layers, "config": cfg.to_dict(),
             "arms": [{**a.spec(), "label": a.label} for a in arms], "texts": texts.name,
@@ -404,7 +420,9 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                      for s, m in maps.items()},
             "preset": preset.to_dict() if preset is not None else None,
             "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
-            "torch_threads": torch.get_num_threads()}
+            "torch_threads": torch.get_num_threads(),
+            "expected": {"needle_records": len(needles) * len(arms),
+                         "loss_records": len(docs) * len(doc_arms)}}
     return report.write(root, records, meta)
 
 

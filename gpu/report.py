@@ -369,6 +369,11 @@ def aggregate(records: list[dict], meta: dict) -> dict:
                        f"{preset['loss_length']})")
     if preset and set(preset["instruments"]) - set(cfg["instruments"]):
         reasons.append(f"instruments {cfg['instruments']} of {preset['instruments']}")
+    for kind, got in (("needle_records", len(nrec)), ("loss_records", len(drec))):
+        want = meta.get("expected", {}).get(kind, 0)
+        if got < want:
+            reasons.append(f"{got} of {want} {kind.replace('_', ' ')} measured (the run stopped "
+                           "early; rerunning resumes it)")
     clean = lambda d: {k: v for k, v in d.items() if not k.startswith("_")}  # noqa: E731
     return {
         "model": meta["model"], "partial": bool(reasons), "partial_reasons": reasons,

@@ -302,14 +302,19 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     assert sum(r["instrument"] == "needle" for r in j.records()) == n_needle
     assert sum(r["instrument"] == "loss" for r in j.records()) == 1 + 3  # exact's, then 3 arms
     assert [r["finished"] for r in j.records() if r["instrument"] == "session"] == [False]
+    stopped = json.loads((tmp_path / loaded.name / "report.json").read_text())
+    assert stopped["partial"] and stopped["counts"]["needle_records"] == n_needle
+    n_doc = len([a for a in arms if not a.blind]) - 1  # the exact document run is not ins.loss
+    assert f"4 of {n_doc + 1} loss records measured" in " ".join(stopped["partial_reasons"])
+    assert "PARTIAL" in (tmp_path / loaded.name / "report.md").read_text().upper()
     # a torn last line (killed mid-write) is dropped, the rest kept
     with open(j.path, "a") as fh:
         fh.write('{"key": "needle|torn')
     limit["loss"] = 10 ** 6
     calls.update(needle=0, loss=0)
     rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
-    n_doc = len([a for a in arms if not a.blind]) - 1  # the exact document run is not ins.loss
     assert calls == {"needle": 0, "loss": n_doc - 3}
+    assert not any("measured" in r for r in rep["partial_reasons"])
     assert rep["counts"]["needle_records"] == n_needle
     calls.update(needle=0, loss=0)
     rep2 = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
