@@ -294,7 +294,7 @@ class Engine:
                     kf, vf = self._rescale(layer, split, rescale, rescale_rows, x_split, h,
                                            computed, tail_start, norm, cos, sin, kf, vf, fill)
                 if splice is not None:
-                    ek, ev = _exact_entries(exact_cache.layers[layer], rows_f, base + n_new)
+                    ek, ev = _exact_entries(exact_cache.layers[layer], rows_f)
                     if splice in ("keys", "both"):
                         kf = ek
                     if splice in ("values", "both"):
@@ -426,16 +426,17 @@ def full_cache(config) -> DynamicCache:
     return cache
 
 
-def _exact_entries(layer, rows: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values of positions ``rows`` from an exact cache layer holding positions up
-    to ``n - 1`` (a sliding-window layer may keep only its last columns)."""
-    offset = n - layer.keys.shape[2]
-    if offset and int(rows.min()) < offset:
+def _exact_entries(layer, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of positions ``rows`` from an exact cache layer (which may have been
+    fed further tokens since; a sliding-window layer may keep only its last columns)."""
+    held = layer.keys.shape[2]
+    first = getattr(layer, "cumulative_length", held) - held  # position of column 0
+    if int(rows.min()) < first:
         raise ValueError(
-            f"the exact cache keeps only positions {offset}..{n - 1} of a sliding-window layer "
+            f"the exact cache keeps only positions from {first} on in a sliding-window layer "
             f"but the splice needs row {int(rows.min())}: prefill the exact arm into "
             "gpu.engine.full_cache(config), which keeps every position")
-    return layer.keys[:, :, rows - offset], layer.values[:, :, rows - offset]
+    return layer.keys[:, :, rows - first], layer.values[:, :, rows - first]
 
 
 def _read_by_someone(filled: torch.Tensor, computed: torch.Tensor, n: int, window: int):

@@ -71,21 +71,32 @@ def _tokenizer():
     return fast
 
 
-def build(path: str | Path, *, layers: int = 8, hidden: int = 64, seed: int = 0) -> Path:
-    """Write (once) a random Llama of ``layers`` layers and its tokenizer to ``path``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def build(path: str | Path, *, layers: int = 8, hidden: int = 64, seed: int = 0,
+          family: str = "llama", window: int = 32) -> Path:
+    """Write (once) a random model of ``layers`` layers and its tokenizer to ``path``:
+    a Llama, or a Gemma-3 whose layers are sliding-window (``window`` tokens) except every
+    sixth, as in the real one."""
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
     path = Path(path)
     if (path / "config.json").exists():
         return path
     tok = _tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=hidden // 4, max_position_embeddings=2048, tie_word_embeddings=True,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.eos_token_id)
+    common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                  num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=hidden // 4, max_position_embeddings=2048, tie_word_embeddings=True,
+                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                  pad_token_id=tok.eos_token_id)
+    if family == "llama":
+        cfg = LlamaConfig(**common)
+    elif family == "gemma3":
+        kinds = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
+        cfg = Gemma3TextConfig(**common, sliding_window=window, layer_types=kinds,
+                               query_pre_attn_scalar=hidden // 4)
+    else:
+        raise ValueError(f"family must be 'llama' or 'gemma3'; got {family!r}")
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
+    model = AutoModelForCausalLM.from_config(cfg).eval()
     tmp = path.with_name(path.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -122,6 +122,11 @@ def test_splice_needs_every_position_of_a_sliding_window_layer():
     full = full_cache(model.config)
     model(input_ids=ids, cache=full, use_cache=True)
     pre = eng.prefill(ids, plan, "ridge", splice="both", exact_cache=full)
+    fed = full_cache(model.config)  # fed two more tokens since (as agreement does): the same
+    model(input_ids=torch.cat([ids, ids[:, :2]], 1), cache=fed, use_cache=True)
+    again = eng.prefill(ids, plan, "ridge", splice="both", exact_cache=fed)
+    assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+               for a, b in zip(pre.cache.layers, again.cache.layers))
     for layer in range(SPLIT + 1, LAYERS):
         got, ref = pre.cache.layers[layer], full.layers[layer]
         n = got.keys.shape[2]  # a sliding layer keeps its last columns, the full one all

@@ -322,6 +322,29 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     assert rep2["needles"] == rep["needles"] and rep2["counts"]["sessions"] == 3
 
 
+def test_whole_grid_on_a_sliding_window_model(tmp_path):
+    """The study's arms on a tiny Gemma-3 whose window (32) is shorter than the tail: the
+    splices read rows the stock cache of a sliding-window layer no longer holds."""
+    from gpu import minimodel
+
+    torch.set_num_threads(1)
+    path = minimodel.build(tmp_path / "tiny-gemma3", family="gemma3")
+    loaded = models.load(str(path), device="cpu", dtype=torch.float32)
+    assert "sliding_attention" in loaded.model.config.layer_types
+    cfg = small_cfg(loaded, chat=False, calib_tokens=3000)
+    fit_kw = {"lambdas": (1e-1,), "doc_tokens": 512, "heldout_docs": 1, "heldout_tokens": 256}
+    rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), progress=False,
+                            fit_kw=fit_kw, calib=str(minimodel.write_calibration(tmp_path / "c")))
+    arms = ev.study_arms(cfg, loaded.n_layers)
+    assert not rep["partial"], rep["partial_reasons"]
+    assert rep["counts"]["needle_records"] == len(arms)
+    assert rep["counts"]["loss_records"] == len([a for a in arms if not a.blind])
+    # exact keys and values in every filled row leave the tail exact (to rounding), even
+    # though agreement fed the exact cache further tokens before the splices read it
+    dnll = {a: v["dnll_all"]["estimate"] for a, v in rep["documents"]["arms"].items()}
+    assert abs(dnll["ridge@3/splice-both"]) < 1e-5 < abs(dnll["ridge@3"])
+
+
 def test_custom_arms_for_a_selector_study(mini, tmp_path):
     """Issue 9 reuses the harness with its own selectors: any gpu.select name with options,
     each followed by controls that name it in ``of``."""
