@@ -7,17 +7,24 @@ a batch reads them once for all arms (smollm2-135m at 4K tokens: 75 ms per step 
 per arm in a batch of 17). The caches live in preallocated buffers, so a step writes one
 column instead of copying the cache (``DynamicLayer`` concatenates).
 
+The no-fill arm's filled rows have no late-layer entry (paper 3: they stay hidden from the
+late layers). Its slot joins the batch all the same: while the batch decodes, the model's
+``sdpa`` attention is wrapped so that in each late layer that slot's row is recomputed over
+its visible columns only (one row of attention per layer; the rest of the batch is unchanged).
+
 Each row stops at an end token or when ``stop`` says so; finished rows leave the batch. The
 arithmetic of a batched step is not the single-row order, so logits agree with
 ``Engine.decode`` to rounding (tests/test_batch_decode.py), not bitwise.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .engine import Prefill
 
@@ -57,6 +64,10 @@ class _Slots(DynamicLayer):
         self.keys = self.kbuf[:, :, : self.length]
         self.values = self.vbuf[:, :, : self.length]
 
+    def columns(self) -> tuple[int, int]:
+        """Positions ``[first, end)`` of the columns the last update returned."""
+        return 0, self.length
+
     def _write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> int:
         m = key_states.shape[-2]
         self.kbuf[:, :, self.length: self.length + m] = key_states
@@ -92,18 +103,19 @@ class _SlidingSlots(_Slots, DynamicSlidingWindowLayer):
     def update(self, key_states, value_states, *args, **kwargs):
         m = self._write(key_states, value_states)
         self.cumulative_length += m
-        start = max(self.length - m - (self.sliding_window - 1), 0)
-        return self.kbuf[:, :, start: self.length], self.vbuf[:, :, start: self.length]
+        self.start = max(self.length - m - (self.sliding_window - 1), 0)
+        return self.kbuf[:, :, self.start: self.length], self.vbuf[:, :, self.start: self.length]
+
+    def columns(self) -> tuple[int, int]:
+        shift = self.cumulative_length - self.length  # positions before the buffer's column 0
+        return self.start + shift, self.cumulative_length
 
     def get_seq_length(self) -> int:
         return self.cumulative_length
 
 
-def batchable(pre: Prefill) -> bool:
-    """Whether ``pre`` decodes through the stock forward with a plain attention cache (not
-    the no-fill arm's hidden rows, not a hybrid's recurrent state)."""
-    return pre.visible is None and all(
-        type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in pre.cache.layers)
+def _plain(pre: Prefill) -> bool:
+    return all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in pre.cache.layers)
 
 
 class Batch:
@@ -114,14 +126,22 @@ class Batch:
         self.model, self.capacity, self.max_new_tokens = model, capacity, max_new_tokens
         self.cache: DynamicCache | None = None
         self.logits: list[torch.Tensor] = []
+        self.hidden: dict[int, tuple[int, torch.Tensor]] = {}  # slot -> (split, visible rows)
+        self._active: list[int] = []
 
     def __len__(self) -> int:
         return len(self.logits)
 
+    def accepts(self, pre: Prefill) -> bool:
+        """Whether ``pre`` can join: a plain attention cache (not a hybrid's recurrent state),
+        and hidden rows (the no-fill arm) only where the model attends through ``sdpa``."""
+        return _plain(pre) and (pre.visible is None or
+                                self.model.config._attn_implementation == "sdpa")
+
     def add(self, pre: Prefill) -> int:
         """Copy ``pre``'s cache into the next slot; returns the slot."""
-        if not batchable(pre):
-            raise ValueError("this prefill does not batch (see batchable): decode it alone "
+        if not self.accepts(pre):
+            raise ValueError("this prefill does not batch (see Batch.accepts): decode it alone "
                              "with Engine.decode")
         if len(self) == self.capacity:
             raise ValueError(f"the batch holds {self.capacity} prefills; make a larger Batch")
@@ -136,6 +156,8 @@ class Batch:
         slot = len(self)
         for mine, theirs in zip(self.cache.layers, pre.cache.layers):
             mine.put(slot, theirs)
+        if pre.visible is not None:
+            self.hidden[slot] = (pre.plan.split, pre.visible)
         self.logits.append(pre.last_logits)
         return slot
 
@@ -150,8 +172,14 @@ class Batch:
         if not out:
             return out
         self._trim()
-        active = list(range(len(self)))
+        active = self._active = list(range(len(self)))
         logits = torch.stack(self.logits)
+        with self._hiding():
+            self._steps(logits, active, out, eos, stop)
+        self.cache, self.logits, self.hidden = None, [], {}
+        return out
+
+    def _steps(self, logits, active, out, eos, stop) -> None:
         for step in range(self.max_new_tokens):
             tokens = logits.argmax(-1)
             going = []
@@ -168,10 +196,46 @@ class Batch:
                 for layer in self.cache.layers:
                     layer.keep(rows)
                 tokens, active = tokens[rows], [active[j] for j in going]
+                self._active = active
             logits = self.model(input_ids=tokens[:, None], cache=self.cache,
                                 use_cache=True).logits[:, -1]
-        self.cache, self.logits = None, []
-        return out
+
+    @contextmanager
+    def _hiding(self):
+        """While decoding, recompute each hidden-row slot's attention in its late layers over
+        its visible columns (prompt rows that ran the layer, and every decoded token)."""
+        if not self.hidden:
+            yield
+            return
+        sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+        n = int(next(iter(self.hidden.values()))[1].numel())
+
+        def attend(module, query, key, value, attention_mask, **kwargs):
+            out, weights = sdpa(module, query, key, value, attention_mask, **kwargs)
+            layer = module.layer_idx
+            for row, slot in enumerate(self._active):
+                split, visible = self.hidden.get(slot, (None, None))
+                if split is None or layer < split:
+                    continue
+                first, end = self.cache.layers[layer].columns()
+                pos = torch.arange(first, end, device=visible.device)
+                keep = (pos >= n) | visible[pos.clamp(max=n - 1)]
+                cols = torch.nonzero(keep).flatten()
+                one, _ = sdpa(module, query[row:row + 1], key[row:row + 1, :, cols],
+                              value[row:row + 1, :, cols], None, **kwargs)
+                out[row] = one[0]
+            return out, weights
+
+        local = ALL_ATTENTION_FUNCTIONS._local_mapping
+        before = local.get("sdpa")
+        local["sdpa"] = attend
+        try:
+            yield
+        finally:
+            if before is None:
+                del local["sdpa"]
+            else:
+                local["sdpa"] = before
 
     def _trim(self) -> None:
         if len(self) < self.capacity:

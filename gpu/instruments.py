@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from rfmath import cost
 
 from . import select
-from .batch_decode import Batch, batchable
+from .batch_decode import Batch
 from .engine import Engine, Prefill, full_cache
 from .plan import Plan
 from .prompt import Prompt
@@ -205,7 +205,7 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
             seed: int = 0) -> list[dict]:
     """Answer one needle prompt under each of ``arms`` (in order); RULER's score and what
     each plan kept exact. Every arm prefills, then the answers decode greedily together
-    (gpu.batch_decode; an arm whose cache does not batch, the no-fill arm, decodes alone).
+    (gpu.batch_decode; an arm whose cache does not batch, a hybrid's, decodes alone).
     An answer stops at the end token, after ``max_new_tokens`` or once it holds every
     expected value (RULER's score cannot change after that). ``counts``: the selection size
     of each arm already measured, which its controls copy; updated here."""
@@ -229,7 +229,7 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
         counts[arm.name] = rec["exact_prefix"]
         if arm.fill == "exact":
             exact_cache = pre.cache
-        if batchable(pre):
+        if batch.accepts(pre):
             tokens = batch.add(pre)  # a slot, answered below
             rec["prefill_seconds"] = time.perf_counter() - t0
         else:

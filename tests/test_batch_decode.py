@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu.batch_decode import Batch, batchable
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from gpu.batch_decode import Batch
 from gpu.engine import Engine, Prefill, full_cache
 from gpu.plan import Plan
 from gpu_fixtures import DenseMaps, LAYERS, random_maps, tiny_model, token_ids
@@ -19,9 +21,9 @@ N, SPLIT, TAIL, STEPS = 20, 1, 3, 7
 
 
 def prefills(model, ids):
-    """Five caches of one prompt: exact, RidgeFill, identity fill, RidgeFill with exact keys,
-    and exact again in a cache whose sliding-window layers keep every position (the
-    harness's exact arm, which the splice reads)."""
+    """Six caches of one prompt: exact, RidgeFill, identity fill, RidgeFill with exact keys,
+    exact again in a cache whose sliding-window layers keep every position (the harness's
+    exact arm, which the splice reads), and no fill (filled rows hidden from late layers)."""
     ridge = Engine(model, DenseMaps(SPLIT, random_maps(SPLIT, seed=4)))
     plan = Plan(N, SPLIT, TAIL, LAYERS)
     full = full_cache(model.config)
@@ -29,7 +31,8 @@ def prefills(model, ids):
     kept = Prefill(full, out.logits[0, -1:], torch.tensor([N - 1]), None, "exact")
     return ridge, [ridge.prefill(ids, None, "exact"), ridge.prefill(ids, plan, "ridge"),
                    ridge.prefill(ids, plan, "identity"),
-                   ridge.prefill(ids, plan, "ridge", splice="keys", exact_cache=full), kept]
+                   ridge.prefill(ids, plan, "ridge", splice="keys", exact_cache=full), kept,
+                   ridge.prefill(ids, plan, "none")]
 
 
 @torch.inference_mode()
@@ -41,21 +44,23 @@ def test_batch_equals_one_at_a_time(family):
     alone = [eng.decode(p, STEPS) for p in prefills(model, ids)[1]]  # fresh caches
     assert len({tuple(a) for a in alone}) > 1  # the arms differ, so the slots matter
     assert alone[4] == alone[0]  # keeping every position changes nothing that decoding reads
+    assert alone[5] != alone[0]  # hiding the filled rows matters
     batch = Batch(model, capacity=len(pres) + 2, max_new_tokens=STEPS)  # spare slots trimmed
-    assert [batch.add(p) for p in pres] == [0, 1, 2, 3, 4]
+    assert [batch.add(p) for p in pres] == [0, 1, 2, 3, 4, 5]
     first = torch.stack(batch.logits)
     assert batch.greedy() == alone
     for p, row in zip(pres, first):
         assert torch.equal(p.last_logits, row)
     # the second step's logits, batched against alone, agree to rounding
-    b2 = Batch(model, len(pres), 2)
-    for p in prefills(model, ids)[1]:
+    b2 = Batch(model, len(pres) - 1, 2)
+    for p in prefills(model, ids)[1][:-1]:
         b2.add(p)
     tokens = torch.stack(b2.logits).argmax(-1)
     batched = model(input_ids=tokens[:, None], cache=b2.cache, use_cache=True).logits[:, -1]
-    for j, p in enumerate(prefills(model, ids)[1]):
+    for j, p in enumerate(prefills(model, ids)[1][:-1]):
         one = model(input_ids=tokens[j:j + 1, None], cache=p.cache, use_cache=True).logits[0, -1]
         torch.testing.assert_close(batched[j], one, rtol=1e-5, atol=1e-5)
+    assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping  # the wrapper is gone again
 
 
 @torch.inference_mode()
@@ -94,9 +99,14 @@ def test_what_does_not_batch_is_refused_clearly():
     eng = Engine(model, DenseMaps(SPLIT, random_maps(SPLIT, seed=4)))
     plan = Plan(N, SPLIT, TAIL, LAYERS)
     nofill = eng.prefill(ids, plan, "none")
-    assert not batchable(nofill)
-    with pytest.raises(ValueError, match="Engine.decode"):
-        Batch(model, 2, 3).add(nofill)
+    model.config._attn_implementation = "eager"  # hidden rows need the sdpa wrapper
+    try:
+        assert not Batch(model, 2, 3).accepts(nofill)
+        with pytest.raises(ValueError, match="Engine.decode"):
+            Batch(model, 2, 3).add(nofill)
+        assert Batch(model, 2, 3).accepts(eng.prefill(ids, plan, "ridge"))
+    finally:
+        model.config._attn_implementation = "sdpa"
     b = Batch(model, 1, 3)
     b.add(eng.prefill(ids, None, "exact"))
     with pytest.raises(ValueError, match="holds 1"):

@@ -176,8 +176,8 @@ def test_kl_agreement_and_needle_score():
 
 
 def test_needle_instrument_scores_the_decoded_answers(mini, monkeypatch):
-    """Each arm's record scores its own slot of the batch (the no-fill arm decodes alone),
-    and the controls copy the count their selection recorded."""
+    """Each arm's record scores its own slot of the batch (the no-fill arm's too), and the
+    controls copy the count their selection recorded."""
     loaded, maps = mini["loaded"], mini["maps"]
     cfg = small_cfg(loaded)
     sess = ins.Session(loaded, maps)
@@ -188,9 +188,13 @@ def test_needle_instrument_scores_the_decoded_answers(mini, monkeypatch):
     by_name = {a.name: a for a in ev.study_arms(cfg, loaded.n_layers)}
     arms = [by_name[n] for n in ("exact", "nofill@3", "ridge+attention@3",
                                  "ridge+attention@3/random")]
-    monkeypatch.setattr(ins.Batch, "greedy",  # slots: exact, selection, control
-                        lambda self, eos=None, stop=None: [answer, wrong, answer])
-    monkeypatch.setattr(ins.Engine, "decode", lambda self, pre, n, eos=None, stop=None: wrong)
+    monkeypatch.setattr(ins.Batch, "greedy",  # slots: exact, no fill, selection, control
+                        lambda self, eos=None, stop=None: [answer, wrong, wrong, answer])
+
+    def alone(*a, **k):
+        raise AssertionError("every arm of a plain-attention model decodes in the batch")
+
+    monkeypatch.setattr(ins.Engine, "decode", alone)
     counts: dict = {}
     recs = ins.needles(sess, arms, u.prompt, u.expected, u.needle_rows, max_new_tokens=4,
                        counts=counts)
