@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -115,26 +116,34 @@ class Engine:
         ``keep`` asks for the inputs of chosen lower layers (rows sliced), for selectors.
         """
         box: dict = {}
-        kept: dict[int, torch.Tensor] = {}
-        handles = []
 
         def stop(module, args, kwargs):
-            box["x"] = args[0] if args else kwargs["hidden_states"]
+            box["x"] = _layer_input(args, kwargs)
             raise _StopAtSplit
 
-        for i, rows in (keep or {}).items():
-            def grab(module, args, kwargs, i=i, rows=rows):
-                kept[i] = (args[0] if args else kwargs["hidden_states"])[:, rows]
-            handles.append(self.adapter.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
-        handles.append(self.adapter.layers[split].register_forward_pre_hook(stop, with_kwargs=True))
+        handle = self.adapter.layers[split].register_forward_pre_hook(stop, with_kwargs=True)
         try:
-            self.adapter.inner(input_ids=ids, cache=cache, use_cache=cache is not None)
+            with layer_inputs(self.adapter, keep or {}) as kept:
+                self.adapter.inner(input_ids=ids, cache=cache, use_cache=cache is not None)
         except _StopAtSplit:
             pass
         finally:
-            for h in handles:
-                h.remove()
+            handle.remove()
         return box["x"], kept
+
+    def adopt_lower(self, ids: torch.Tensor, split: int, inputs: dict[int, torch.Tensor],
+                    cache: DynamicCache) -> None:
+        """Take this prompt's lower-layer pass from a stock forward that ran it anyway (the
+        exact arm): ``inputs`` holds the input of every layer up to ``split`` (all rows),
+        ``cache`` at least layers 0..split-1. Those layers ran the same code on the same
+        inputs, so this is bitwise the pass ``prefill`` would run (``reuse_lower`` only)."""
+        if not self.reuse_lower:
+            return
+        lower = DynamicCache(config=self.model.config)
+        for i in range(split):
+            lower.layers[i] = _as_stock(cache.layers[i])
+        self._last = _LowerPass(ids.clone(), split, inputs[split], lower,
+                                {i: inputs[i] for i in range(split)})
 
     def _lower_prefix(self, ids: torch.Tensor, split: int, keep: dict | None
                       ) -> tuple[torch.Tensor, dict[int, torch.Tensor], DynamicCache]:
@@ -414,6 +423,39 @@ class Engine:
                 logits = self.adapter.logits(h)[0, -1]
             n += 1
         return out
+
+
+def _layer_input(args, kwargs) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+@contextmanager
+def layer_inputs(adapter: Adapter, rows: dict[int, slice]):
+    """Collect the input of layer i (rows ``rows[i]``) into the yielded dict while a forward
+    runs inside the block."""
+    got: dict[int, torch.Tensor] = {}
+    handles = []
+    for i, r in rows.items():
+        def grab(module, args, kwargs, i=i, r=r):
+            got[i] = _layer_input(args, kwargs)[:, r]
+        handles.append(adapter.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
+    try:
+        yield got
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _as_stock(layer):
+    """A copy of a cache layer as a stock forward leaves it (a sliding-window layer that kept
+    every position keeps only its last ``window - 1`` columns again)."""
+    if not getattr(layer, "record_past", False):
+        return copy.deepcopy(layer)
+    out = copy.copy(layer)
+    w = layer.sliding_window - 1
+    out.keys, out.values = layer.keys[:, :, -w:].clone(), layer.values[:, :, -w:].clone()
+    out.record_past = False
+    return out
 
 
 def full_cache(config) -> DynamicCache:

@@ -369,8 +369,8 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
         maps = ensure_maps(loaded, cfg, root, calib, progress, **(fit_kw or {}))
     fingerprint = _sig(loaded.fingerprint(), {s: m.meta.get("lambda") for s, m in maps.items()},
                        cfg.chat, cfg.answer_prefix)
-    sess = Session(loaded, maps)
     arms = arms if arms is not None else study_arms(cfg, loaded.n_layers)
+    sess = Session(loaded, maps, lower_splits={a.split for a in arms if a.split is not None})
     if arms[0].fill != "exact" or arms[0].name != "exact":
         raise ValueError("the first arm must be Arm('exact', 'exact'): every measure is "
                          "paired with it")

@@ -26,7 +26,7 @@ from rfmath import cost
 
 from . import select
 from .batch_decode import Batch
-from .engine import Engine, Prefill, full_cache
+from .engine import Engine, Prefill, full_cache, layer_inputs
 from .plan import Plan
 from .prompt import Prompt
 
@@ -75,10 +75,12 @@ class Session:
     results; see gpu.engine.Engine). Switch it off to time prefills.
     """
 
-    def __init__(self, loaded, maps: dict[int, object], reuse_lower: bool = True):
+    def __init__(self, loaded, maps: dict[int, object], reuse_lower: bool = True,
+                 lower_splits=()):
         self.loaded, self.model, self.tok = loaded, loaded.model, loaded.tokenizer
         self.maps = maps
         self.reuse_lower = reuse_lower
+        self.lower_splits = sorted(set(lower_splits)) if reuse_lower else []
         self._engines: dict[int | None, Engine] = {}
         self.arch = arch_of(self.model.config) if arch_of is not None else None
 
@@ -89,11 +91,17 @@ class Session:
 
     @torch.inference_mode()
     def exact(self, ids: torch.Tensor, keep: int) -> Prefill:
-        """The stock forward (the exact arm), with logits of the last ``keep`` rows only."""
+        """The stock forward (the exact arm), with logits of the last ``keep`` rows only.
+        Its first layers are the lower-layer pass of every split in ``lower_splits``, which
+        the engines of those splits then reuse (Engine.adopt_lower)."""
         n = ids.shape[1]
-        out = self.model(input_ids=ids.to(self.model.device),
-                         cache=full_cache(self.model.config), use_cache=True,
-                         logits_to_keep=keep)
+        ids = ids.to(self.model.device)
+        cache = full_cache(self.model.config)
+        top = self.lower_splits[-1] if self.lower_splits else -1
+        with layer_inputs(self.engine(None).adapter, dict.fromkeys(range(top + 1), slice(None))) as inputs:
+            out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep)
+        for s in self.lower_splits:
+            self.engine(s).adopt_lower(ids, s, inputs, cache)
         rows = torch.arange(n - keep, n, device=self.model.device)
         return Prefill(out.cache, out.logits[0, -keep:], rows, None, "exact")
 

@@ -228,17 +228,25 @@ class KeepingRows:
 
 
 def assert_lower_reuse_bitwise(model, maps, ids: torch.Tensor, split: int, tail: int,
-                               n_layers: int = LAYERS) -> None:
+                               n_layers: int = LAYERS, adopt: bool = False) -> None:
     """Engine(reuse_lower=True) over several arms and two prompts gives bitwise the logits,
     caches and selector inputs of a fresh engine per prefill, and runs the lower layers once
-    per prompt."""
-    from gpu.engine import Engine
+    per prompt. ``adopt``: the first prompt's pass comes from a stock forward instead
+    (Engine.adopt_lower, as the exact arm hands it on), so the engine runs only the second."""
+    from gpu.engine import Engine, full_cache, layer_inputs
+
     from gpu.plan import Plan
 
     reuse = Engine(model, maps, reuse_lower=True)
     calls = []
     lower = reuse.lower
     reuse.lower = lambda *a, **k: calls.append(1) or lower(*a, **k)
+    if adopt:
+        cache = full_cache(model.config)
+        with torch.inference_mode(), \
+                layer_inputs(reuse.adapter, dict.fromkeys(range(split + 1), slice(None))) as inputs:
+            model(input_ids=ids, cache=cache, use_cache=True)
+        reuse.adopt_lower(ids, split, inputs, cache)
     other = torch.roll(ids, 1, dims=1)
     runs = [(ids, "ridge", None), (ids, "identity", None), (ids, "ridge", KeepingRows),
             (ids, "none", None), (other, "ridge", KeepingRows), (other, "identity", None)]
@@ -258,4 +266,4 @@ def assert_lower_reuse_bitwise(model, maps, ids: torch.Tensor, split: int, tail:
         if sel:
             assert s_reuse.seen.keys() == s_fresh.seen.keys()
             assert all(torch.equal(s_reuse.seen[i], s_fresh.seen[i]) for i in s_fresh.seen)
-    assert len(calls) == 2  # one lower pass per prompt
+    assert len(calls) == (1 if adopt else 2)  # one lower pass per prompt

@@ -94,10 +94,14 @@ def test_identity_arm_equals_ridge_with_identity_maps(family_model, exact_rows):
         assert torch.equal(ident.cache.layers[l].values, ridge.cache.layers[l].values)
 
 
-def test_reused_lower_pass_is_bitwise_a_fresh_one(family_model):
-    """Arms sharing one prompt's lower layers (the evaluation's reuse) change nothing."""
+@pytest.mark.parametrize("adopt", [False, True])
+def test_reused_lower_pass_is_bitwise_a_fresh_one(family_model, adopt):
+    """Arms sharing one prompt's lower layers (the evaluation's reuse) change nothing, also
+    when the pass comes from the exact arm's stock forward (gemma3: its sliding-window
+    layers kept every position there)."""
     family, model = family_model
-    assert_lower_reuse_bitwise(model, DenseMaps(2, random_maps(2)), token_ids(N, seed=8), 2, 6)
+    assert_lower_reuse_bitwise(model, DenseMaps(2, random_maps(2)), token_ids(N, seed=8), 2, 6,
+                               adopt=adopt)
 
 
 def test_prefill_rejects_maps_for_another_split():

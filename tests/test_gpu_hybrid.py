@@ -172,12 +172,13 @@ def test_identity_arm_equals_ridge_with_eye(family_model):
     assert (ident.logits - stock).abs().max() > 1e-3  # the fill does change the tail
 
 
-@pytest.mark.parametrize("split", [1, 2])
-def test_reused_lower_pass_is_bitwise_a_fresh_one(family_model, split):
-    """The evaluation's shared lower pass, with GDN states below and above the split."""
+@pytest.mark.parametrize("split, adopt", [(1, False), (2, False), (2, True)])
+def test_reused_lower_pass_is_bitwise_a_fresh_one(family_model, split, adopt):
+    """The evaluation's shared lower pass, with GDN states below and above the split (also
+    handed on by a stock forward)."""
     family, model = family_model
     maps = DenseMaps(split, near_identity_maps(split))
-    assert_lower_reuse_bitwise(model, maps, ids_for(N, 9), split, 8, n_layers=L)
+    assert_lower_reuse_bitwise(model, maps, ids_for(N, 9), split, 8, n_layers=L, adopt=adopt)
 
 
 @torch.inference_mode()
