@@ -144,3 +144,34 @@ def test_splice_needs_every_position_of_a_sliding_window_layer():
         assert f > 0 and torch.equal(got.keys[:, :, :f], ref.keys[:, :, N - n:N - TAIL])
         assert torch.equal(got.values[:, :, :f], ref.values[:, :, N - n:N - TAIL])
         torch.testing.assert_close(got.keys[:, :, f:], ref.keys[:, :, N - TAIL:])
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_shared_prompt_columns_decode_like_separate_ones(family):
+    """Below every arm's split the prompt columns are the same in every slot; the batch keeps
+    one copy (full-attention layers) and still decodes what each arm decodes alone."""
+    model = tiny_model(family, seed=5)
+    ids = token_ids(N, seed=6)
+    split = 3  # gemma3's full-attention layer (2) lies below it
+
+    def arms():
+        eng = Engine(model, DenseMaps(split, random_maps(split, seed=4, noise=1.0)))
+        plan = Plan(N, split, TAIL, LAYERS)
+        return eng, [eng.prefill(ids, None, "exact"), eng.prefill(ids, plan, "ridge"),
+                     eng.prefill(ids, plan, "identity"), eng.prefill(ids, plan, "none")]
+
+    eng, pres = arms()
+    alone = [eng.decode(p, STEPS) for p in pres]
+    batch = Batch(model, 4, STEPS)
+    for p in arms()[1]:
+        batch.add(p)
+    batch._trim()
+    batch._share()
+    kinds = [type(layer).__name__ for layer in batch.cache.layers]
+    assert kinds[2] == "_Shared" and "_Shared" not in kinds[split:], kinds
+    b2 = Batch(model, 4, STEPS)
+    for p in arms()[1]:
+        b2.add(p)
+    assert b2.greedy(stop=lambda slot, t: slot == 1 and len(t) == 2) == \
+        [alone[0], alone[1][:2], alone[2], alone[3]]
