@@ -9,8 +9,15 @@ keys / values / both) and, beside every selected-rows arm, its controls (count-m
 random rows, the same count added to the tail, the question hidden from the selector).
 Intervals and the report: gpu.report.
 
+Cost: a needle sample's arms share work that does not change what they measure. The exact
+arm's stock forward hands its first layers to every split's engine (Engine.adopt_lower), the
+arms at one split share that lower-layer pass, and all answers decode greedily as one batch
+(gpu.batch_decode), each up to RULER's 128 new tokens, the end token, or the point where it
+holds every expected value.
+
 Every measurement is appended to ``<out>/<model>/records.jsonl`` as it finishes
-(gpu.journal); a rerun skips what is there and only aggregates again. Maps are fitted once
+(gpu.journal); a rerun skips what is there and only aggregates again; a stopped run still
+writes its partial report. Maps are fitted once
 with gpu.fit on the built-in calibration set and cached under ``<out>/<model>/maps``.
 
 ``ridgefill eval study`` runs the grid of issue 5 (``make eval``); ``ridgefill eval mini``
