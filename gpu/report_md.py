@@ -125,8 +125,11 @@ def markdown(rep: dict) -> str:
     for f in rep["findings"]:
         iv = f.get("interval")
         n = f", n = {iv['n']}" if iv else ""
-        parts = (f"; beats random rows: {f['beats_random']}, restores retrieval: {f['restores']}"
-                 if "restores" in f else "")
+        nt = f.get("noninferiority")
+        vs_exact = (f" ({nt['a']} - exact {nt['estimate']:+.1f}, one-sided bound {nt['bound']:+.1f})"
+                    if nt and nt["estimate"] is not None and nt["bound"] is not None else "")
+        parts = (f"; beats random rows: {f['beats_random']}, restores retrieval: "
+                 f"{f['restores']}{vs_exact}" if "restores" in f else "")
         L.append(f"- **{f['status']}** - {f['finding']} ({f['contrast']}: {_iv(iv)}{n}{parts})")
     L.append("")
     est = rep.get("estimate_full_grid")
