@@ -220,7 +220,10 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
     from .tasks import all_found, score
 
     eos = sess.tok.eos_token_id
-    found = lambda tokens: all_found(sess.tok.decode(tokens, skip_special_tokens=True), expected)
+
+    def found(tokens: list[int]) -> bool:
+        return all_found(sess.tok.decode(tokens, skip_special_tokens=True), expected)
+
     batch = Batch(sess.model, len(arms), max_new_tokens)
     exact_cache, runs = None, []
     for arm in arms:
@@ -237,11 +240,10 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
         counts[arm.name] = rec["exact_prefix"]
         if arm.fill == "exact":
             exact_cache = pre.cache
+        rec["prefill_seconds"] = time.perf_counter() - t0
         if batch.accepts(pre):
             tokens = batch.add(pre)  # a slot, answered below
-            rec["prefill_seconds"] = time.perf_counter() - t0
         else:
-            rec["prefill_seconds"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             tokens = sess.engine(arm.split).decode(pre, max_new_tokens, eos, stop=found)
             rec["decode_seconds"] = time.perf_counter() - t1
