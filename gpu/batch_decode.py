@@ -119,33 +119,24 @@ class _SlidingSlots(_Slots, DynamicSlidingWindowLayer):
         return self.cumulative_length
 
 
-class _Shared(DynamicLayer):
+class _Shared(_Slots):
     """A full-attention layer whose prompt columns are the same in every slot (the layers
-    below every arm's split): one copy of them, and per-slot buffers for decoded tokens only.
-    ``update`` returns the decoded columns; the wrapped attention adds the shared ones."""
+    below every arm's split): one copy of them (``pk``, ``pv``), and the slot buffers hold
+    decoded tokens only. ``update`` returns the decoded columns; the wrapped attention adds
+    the shared ones."""
 
     def __init__(self, slots: _Slots, extra: int):
-        super().__init__()
-        n = slots.length
-        self.pk, self.pv = slots.kbuf[:1, :, :n].clone(), slots.vbuf[:1, :, :n].clone()
+        DynamicLayer.__init__(self)
+        self.n = slots.length
+        self.pk, self.pv = slots.kbuf[:1, :, : self.n].clone(), slots.vbuf[:1, :, : self.n].clone()
         b, h, _, d = slots.kbuf.shape
         self.kbuf, self.vbuf = slots.kbuf.new_empty(b, h, extra, d), slots.vbuf.new_empty(b, h, extra, d)
-        self.n, self.t = n, 0
+        self.length = 0
         self.device, self.is_initialized = slots.device, True
-        self.keys = self.values = None
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        m = key_states.shape[-2]
-        self.kbuf[:, :, self.t: self.t + m] = key_states
-        self.vbuf[:, :, self.t: self.t + m] = value_states
-        self.t += m
-        return self.kbuf[:, :, : self.t], self.vbuf[:, :, : self.t]
-
-    def keep(self, rows: torch.Tensor) -> None:
-        self.kbuf, self.vbuf = self.kbuf[rows], self.vbuf[rows]
+        self._views()
 
     def get_seq_length(self) -> int:
-        return self.n + self.t
+        return self.n + self.length
 
     def attend(self, query, key, value, attention_mask, scaling) -> torch.Tensor:
         """Attention of one new token per slot over the shared prompt columns and the slot's
@@ -155,7 +146,7 @@ class _Shared(DynamicLayer):
         qg = query.reshape(b, kv, heads // kv * q, d) * scaling
         s_pre = torch.matmul(qg.transpose(0, 1).reshape(kv, -1, d), self.pk[0].transpose(1, 2))
         s_pre = s_pre.reshape(kv, b, -1, self.n).transpose(0, 1)   # (b, kv, g, n)
-        s_new = torch.matmul(qg, key.transpose(-1, -2))             # (b, kv, g, t)
+        s_new = torch.matmul(qg, key.transpose(-1, -2))             # (b, kv, g, decoded)
         if attention_mask is not None:
             mask = attention_mask[:, :1, -1:, :]
             add = torch.zeros_like(mask, dtype=s_pre.dtype).masked_fill(~mask, float("-inf")) \

@@ -17,8 +17,8 @@ holds every expected value.
 
 Every measurement is appended to ``<out>/<model>/records.jsonl`` as it finishes
 (gpu.journal); a rerun skips what is there and only aggregates again; a stopped run still
-writes its partial report. Maps are fitted once
-with gpu.fit on the built-in calibration set and cached under ``<out>/<model>/maps``.
+writes its partial report. Maps are fitted once with gpu.fit on the built-in calibration set
+and cached under ``<out>/<model>/maps``.
 
 ``ridgefill eval study`` runs the grid of issue 5 (``make eval``); ``ridgefill eval mini``
 runs every instrument once on a tiny random Llama with a tokenizer trained on synthetic text
@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -384,6 +385,8 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     stats: dict = {}
     needles = needle_units(loaded.tokenizer, cfg, texts, stats) if "needle" in cfg.instruments else []
     docs = doc_units(loaded.tokenizer, cfg, texts, stats) if "loss" in cfg.instruments else []
+    write_report = partial(_report, loaded, cfg, root, journal, needles, docs, arms, sess, maps,
+                           fingerprint, stats, texts, command, preset)
     before, finished = len(journal), False
     try:
         with torch.inference_mode():
@@ -398,14 +401,12 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                      "wall_seconds": time.time() - started, "measured": len(journal) - before})
         if not finished:
             try:
-                rep = _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps,
-                              fingerprint, stats, texts, command, preset)
+                rep = write_report()
                 print(f"stopped: partial report of {rep['counts']['records']} records -> "
                       f"{root}/report.md (rerun to resume)", file=sys.stderr)
             except Exception as exc:  # never hide why the run stopped
                 print(f"stopped; the partial report failed too: {exc!r}", file=sys.stderr)
-    return _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerprint,
-                   stats, texts, command, preset)
+    return write_report()
 
 
 def _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerprint, stats,

@@ -17,8 +17,8 @@ haystacks the calibration never saw) and the loss instrument on ``--docs`` long 
 
 Then it times each arm's prefill alone (time to first token without decoding) on a few
 samples of the longest length, with no lower pass shared between arms, and replays each
-selector's rows through gpu.select.FixedRows to isolate the selector's own cost; and writes ``results/selectors/summary.{json,md}`` and
-``retrieval_vs_share.png``: retrieval vs exact-row share per selector, paired bootstrap
+selector's rows through gpu.select.FixedRows to isolate the selector's own cost; and writes
+``results/selectors/summary.{json,md}`` and ``retrieval_vs_share.png``: retrieval vs exact-row share per selector, paired bootstrap
 intervals (rfmath.stats, within task) against exact, RidgeFill alone and the controls, the
 binomial floor, the MAC-ceiling speedup beside the measured one, and the sample counts,
 command, seed and wall time. A run that stops early is labelled partial.
