@@ -382,6 +382,7 @@ def aggregate(records: list[dict], meta: dict) -> dict:
                    "loss_records": len(drec), "needle_samples": needles.get("units", 0),
                    "documents": docs.get("units", 0), "sessions": len(sess)},
         "wall_seconds": float(sum(r["wall_seconds"] for r in sess)),
+        "record_seconds": float(sum(r["seconds"] for r in nrec + drec)),
         "commands": sorted({r["command"] for r in sess}),
         "needles": clean(needles) if needles else {}, "documents": clean(docs) if docs else {},
         "contrasts": con, "noninferiority": ni, "splices": spl, "findings": fnd,

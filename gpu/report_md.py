@@ -56,7 +56,9 @@ def markdown(rep: dict) -> str:
     c = rep["counts"]
     L.append(f"- records: {c['needle_records']} needle runs on {c['needle_samples']} samples, "
              f"{c['loss_records']} document runs on {c['documents']} documents; "
-             f"{c['sessions']} session(s), wall time {rep['wall_seconds'] / 60:.1f} min")
+             f"{c['sessions']} session(s), wall time {rep['wall_seconds'] / 60:.1f} min (every "
+             f"session of the journal, runs whose records later code superseded included); "
+             f"the records here took {rep.get('record_seconds', 0.0) / 60:.1f} min")
     L.append("- intervals: 95% paired percentile bootstrap (10,000 resamples) within task/length "
              "or domain (pooled where a stratum holds a single pair, marked *); "
              "non-inferiority: one-sided 95% bound, the lower of bootstrap and binomial floor "

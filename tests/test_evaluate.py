@@ -85,6 +85,9 @@ def test_mini_eval_end_to_end(mini):
         tail = needle[(unit, "ridge+attention@3/tail")]
         assert tail["exact_prefix"] == 0 and tail["tail"] == 160 + sel["exact_prefix"]
         assert needle[(unit, "pop@6")]["tail"] == 1
+    measured = [r["seconds"] for r in recs if r["instrument"] in ("needle", "loss")]
+    assert rep["record_seconds"] == pytest.approx(sum(measured))
+    assert 0 < rep["record_seconds"] <= rep["wall_seconds"]
     assert {f["status"] for f in rep["findings"]} <= {"confirmed", "refuted", "inconclusive",
                                                       "not measured"}
     assert "PARTIAL" not in (root / "report.md").read_text().split("## Setup")[0]
