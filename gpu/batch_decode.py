@@ -17,7 +17,8 @@ late layers). Its slot joins the batch all the same: while the batch decodes, th
 ``sdpa`` attention is wrapped so that in each late layer that slot's row is recomputed over
 its visible columns only (one row of attention per layer; the rest of the batch is unchanged).
 
-Each row stops at an end token or when ``stop`` says so; finished rows leave the batch. The
+Each row stops at an end token or when ``stop`` says so; finished rows leave the batch.
+``Batch.feed`` feeds one given token sequence to every slot instead (teacher forcing). The
 arithmetic of a batched step is not the single-row order, so logits agree with
 ``Engine.decode`` to rounding (tests/test_batch_decode.py), not bitwise.
 """
@@ -225,6 +226,28 @@ class Batch:
             self._steps(logits, active, out, eos, stop)
         self.cache, self.logits, self.hidden = None, [], {}
         return out
+
+    @torch.inference_mode()
+    def feed(self, tokens: list[int]) -> torch.Tensor:
+        """Teacher forcing: logits (slots, len(tokens), vocab) predicting each of ``tokens``
+        in every slot, the prefill's last row first, then after feeding each token but the
+        last (the agreement instrument feeds the exact arm's greedy continuation). Consumes
+        the batch."""
+        if len(tokens) - 1 > self.max_new_tokens:
+            raise ValueError(f"feeding {len(tokens)} tokens needs max_new_tokens >= "
+                             f"{len(tokens) - 1}; make the Batch with room for them")
+        if not self.logits:
+            return torch.empty(0, len(tokens), 0)
+        self._trim()
+        self._share()
+        self._active = list(range(len(self)))
+        out = [torch.stack(self.logits)]
+        with self._attention():
+            for t in tokens[:-1]:
+                ids = torch.full((len(self), 1), int(t), dtype=torch.long, device=out[0].device)
+                out.append(self.model(input_ids=ids, cache=self.cache, use_cache=True).logits[:, -1])
+        self.cache, self.logits, self.hidden = None, [], {}
+        return torch.stack(out, 1).float()
 
     def _steps(self, logits, active, out, eos, stop) -> None:
         for step in range(self.max_new_tokens):

@@ -399,30 +399,45 @@ class Engine:
         """Greedy decoding at full depth from the prefilled cache (every step runs the whole
         model; the no-fill arm keeps its filled rows hidden from the late layers), until the
         end token, ``max_new_tokens`` or ``stop(tokens)``."""
-        cache, logits = pre.cache, pre.last_logits
-        n = int(pre.rows[-1]) + 1
         eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else
                   [eos_token_id] if eos_token_id is not None else [])
-        visible = pre.visible
+        feeder, logits = Feeder(self, pre), pre.last_logits
         out: list[int] = []
         for step in range(max_new_tokens):
             token = int(logits.argmax())
             out.append(token)
             if token in eos or step == max_new_tokens - 1 or (stop is not None and stop(out)):
                 break
-            ids = torch.tensor([[token]], device=self.model.device)
-            if visible is None:
-                logits = self.model(input_ids=ids, cache=cache, use_cache=True).logits[0, -1]
-            else:
-                split = pre.plan.split
-                x_split, _ = self.lower(ids, split, cache)
-                one = torch.zeros(1, dtype=torch.long, device=ids.device)
-                h = self.late(x_split, x_split, one, one[:0], cache, "exact", base=n,
-                              visible=visible, split=split)
-                visible = torch.cat([visible, visible.new_ones(1)])
-                logits = self.adapter.logits(h)[0, -1]
-            n += 1
+            logits = feeder.push(token)
         return out
+
+
+class Feeder:
+    """Feeds tokens through a prefilled cache one at a time, every step at full depth (the
+    no-fill arm keeps its filled rows hidden from the late layers through ``Engine.late``'s
+    visibility mask)."""
+
+    def __init__(self, engine: Engine, pre: Prefill):
+        self.engine, self.cache, self.visible = engine, pre.cache, pre.visible
+        self.split = pre.plan.split if pre.plan is not None else None
+        self.n = int(pre.rows[-1]) + 1
+
+    @torch.inference_mode()
+    def push(self, token: int) -> torch.Tensor:
+        """Logits (vocab,) after feeding ``token``."""
+        eng = self.engine
+        ids = torch.tensor([[token]], device=eng.model.device)
+        if self.visible is None:
+            logits = eng.model(input_ids=ids, cache=self.cache, use_cache=True).logits[0, -1]
+        else:
+            x_split, _ = eng.lower(ids, self.split, self.cache)
+            one = torch.zeros(1, dtype=torch.long, device=ids.device)
+            h = eng.late(x_split, x_split, one, one[:0], self.cache, "exact", base=self.n,
+                         visible=self.visible, split=self.split)
+            self.visible = torch.cat([self.visible, self.visible.new_ones(1)])
+            logits = eng.adapter.logits(h)[0, -1]
+        self.n += 1
+        return logits
 
 
 def _layer_input(args, kwargs) -> torch.Tensor:

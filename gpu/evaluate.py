@@ -276,7 +276,8 @@ def run_needles(sess: Session, journal: Journal, units: list[Unit], arms: list[A
 
 def run_docs(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm], cfg: EvalConfig,
              fingerprint: str, progress: bool = True) -> int:
-    """Loss and agreement of every arm on every document."""
+    """Loss and agreement of every arm on every document (the arms' agreement feeds one
+    batch, so a document's arms are journaled together, after its exact record)."""
     done = 0
     arms = [a for a in arms if not a.blind]  # no question in a document
     bar = tqdm(total=len(units) * len(arms), desc=f"{sess.loaded.name} documents", unit="run",
@@ -309,19 +310,27 @@ def run_docs(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm]
         else:
             cont = rec["continuation"]
             ex_logits = ins.step_logits(engine, pre, cont) if cont else None
-        counts: dict[str, int] = {}
-        for arm in arms:
-            if arm.fill != "exact":
-                r = journal.get(keys[arm.name])
-                if r is None:
-                    r, _ = ins.loss(sess, arm, u.prompt, start, continuation=cont,
-                                    exact_logits=ex_logits, count=counts.get(arm.of, 0),
-                                    seed=u.seed, exact_cache=pre.cache, native_tail=True)
-                    r = journal.add({"key": keys[arm.name], "instrument": "loss", "unit": u.id,
-                                     "stratum": u.stratum, "arm": arm.name, **u.meta, **r})
-                    done += 1
-                counts[arm.name] = int(r["exact_prefix"])
-            bar.update()
+        todo = [a for a in arms if a.fill != "exact" and keys[a.name] not in journal]
+        counts = {a.name: int(journal.get(keys[a.name])["exact_prefix"]) for a in arms
+                  if a.fill != "exact" and keys[a.name] in journal}
+        feed = ins.Agreement(sess, len(todo), cont, ex_logits) if cont else None
+        recs = []
+        for arm in todo:  # in run order: a selection's count is known before its controls
+            r, agree_pre = ins.loss(sess, arm, u.prompt, start, count=counts.get(arm.of, 0),
+                                    seed=u.seed, exact_cache=pre.cache,
+                                    agreement=feed is not None, native_tail=True)
+            if feed is not None:
+                feed.add(arm, agree_pre)
+            counts[arm.name] = int(r["exact_prefix"])
+            recs.append(r)
+        agreed = feed.results() if feed is not None else [{}] * len(todo)
+        for arm, r, a in zip(todo, recs, agreed):
+            r["seconds"] += a.pop("seconds", 0.0)
+            r.update(a)
+            journal.add({"key": keys[arm.name], "instrument": "loss", "unit": u.id,
+                         "stratum": u.stratum, "arm": arm.name, **u.meta, **r})
+            done += 1
+        bar.update(len(arms))
     bar.close()
     return done
 

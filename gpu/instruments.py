@@ -8,10 +8,11 @@ tail), and whether a splice replaces the filled keys / values with exact ones.
 
 Instruments:
 
-* :func:`needle` - prefill a needle prompt, decode greedily, score like RULER.
+* :func:`needles` - prefill a needle prompt under every arm, decode the answers greedily
+  (together), score like RULER.
 * :func:`loss` - per-token NLL of the scored stretch (the document's last tokens, inside
-  every arm's exact tail) and, continuing the same cache, greedy agreement and
-  KL(exact || arm) over the exact arm's greedy continuation fed one token at a time.
+  every arm's exact tail); :class:`Agreement` - continuing the same caches, greedy
+  agreement and KL(exact || arm) over the exact arm's greedy continuation.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from rfmath import cost
 
 from . import select
 from .batch_decode import Batch
-from .engine import Engine, Prefill, full_cache, layer_inputs
+from .engine import Engine, Feeder, Prefill, full_cache, layer_inputs
 from .plan import Plan
 from .prompt import Prompt
 
@@ -147,34 +148,6 @@ def plan_counts(pre: Prefill, n: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- decoding
-class Feeder:
-    """Feeds given tokens through a prefilled cache one at a time, every step at full depth,
-    as ``Engine.decode`` does (the no-fill arm keeps its filled rows hidden from the late
-    layers through ``Engine.late``'s visibility mask)."""
-
-    def __init__(self, engine: Engine, pre: Prefill):
-        self.engine, self.cache, self.visible = engine, pre.cache, pre.visible
-        self.split = pre.plan.split if pre.plan is not None else None
-        self.n = int(pre.rows[-1]) + 1
-
-    @torch.inference_mode()
-    def push(self, token: int) -> torch.Tensor:
-        """Logits (vocab,) after feeding ``token``."""
-        eng = self.engine
-        ids = torch.tensor([[token]], device=eng.model.device)
-        if self.visible is None:
-            logits = eng.model(input_ids=ids, cache=self.cache, use_cache=True).logits[0, -1]
-        else:
-            x_split, _ = eng.lower(ids, self.split, self.cache)
-            one = torch.zeros(1, dtype=torch.long, device=ids.device)
-            h = eng.late(x_split, x_split, one, one[:0], self.cache, "exact", base=self.n,
-                         visible=self.visible, split=self.split)
-            self.visible = torch.cat([self.visible, self.visible.new_ones(1)])
-            logits = eng.adapter.logits(h)[0, -1]
-        self.n += 1
-        return logits
-
-
 def step_logits(engine: Engine, pre: Prefill, tokens: list[int]) -> torch.Tensor:
     """Logits (len(tokens), vocab) predicting each of ``tokens`` in turn: the prefill's last
     row, then after feeding each token but the last."""
@@ -294,15 +267,15 @@ def cut_nll(sess: Session, ids: torch.Tensor, start: int, window: int) -> np.nda
     return (-logp.gather(1, target[:, None])[:, 0]).cpu().numpy()
 
 
-def loss(sess: Session, arm: Arm, prompt: Prompt, start: int, *, continuation: list[int],
-         exact_logits: torch.Tensor | None, count: int = 0, seed: int = 0, exact_cache=None,
-         native_tail: bool = False) -> tuple[dict, Prefill]:
-    """NLL of the scored stretch ``[start, N)`` under ``arm``, then greedy agreement and
-    KL(exact || arm) over ``continuation`` (exact's greedy tokens) continuing the same cache.
+def loss(sess: Session, arm: Arm, prompt: Prompt, start: int, *, count: int = 0, seed: int = 0,
+         exact_cache=None, agreement: bool = False,
+         native_tail: bool = False) -> tuple[dict, Prefill | None]:
+    """NLL of the scored stretch ``[start, N)`` under ``arm``; with ``agreement``, also the
+    prefill that agreement continues from (:class:`Agreement`: the same cache).
 
     Every arm's tail must cover the stretch: an arm with a shorter tail (POP native's one
     token) gets ``N - start + 1``, which is the same computation as feeding the stretch as
-    decoding steps; its agreement is then measured on its own prefill with its native tail
+    decoding steps; its agreement then continues from its own prefill with its native tail
     (``native_tail``)."""
     t0 = time.perf_counter()
     need = prompt.n - start + 1
@@ -312,14 +285,43 @@ def loss(sess: Session, arm: Arm, prompt: Prompt, start: int, *, continuation: l
     nll = stretch_nll(pre, prompt.ids, start)
     rec = {"nll": [round(float(x), 5) for x in nll], "n": prompt.n, **plan_counts(pre, prompt.n),
            "macs_share": sess.macs_share(arm, pre, prompt.n)}
-    if continuation and exact_logits is not None:
-        agree_pre = pre
-        if native_tail and arm.fill != "exact" and arm.tail < need:
-            agree_pre = sess.prefill(arm, prompt, count=count, seed=seed, last_only=True,
-                                     exact_cache=exact_cache)
-        logits = step_logits(sess.engine(arm.split), agree_pre, continuation)
-        kl, agree = kl_and_agreement(exact_logits, logits, continuation)
-        rec["kl"] = [round(float(x), 6) for x in kl]
-        rec["agree"] = agree
+    agree_pre = pre if agreement else None
+    if agreement and native_tail and arm.fill != "exact" and arm.tail < need:
+        agree_pre = sess.prefill(arm, prompt, count=count, seed=seed, last_only=True,
+                                 exact_cache=exact_cache)
     rec["seconds"] = time.perf_counter() - t0
-    return rec, pre
+    return rec, agree_pre
+
+
+class Agreement:
+    """Greedy agreement and KL(exact || arm) over ``continuation`` (the exact arm's greedy
+    tokens) fed as decoding steps after each arm's prefill (paper 3.3). Prefills that batch
+    are fed together in one :class:`Batch` (each is copied in as it arrives, so its own
+    cache may be dropped); the rest (a hybrid's recurrent state) are fed alone."""
+
+    def __init__(self, sess: Session, capacity: int, continuation: list[int],
+                 exact_logits: torch.Tensor):
+        self.sess, self.continuation, self.exact_logits = sess, continuation, exact_logits
+        self.batch = Batch(sess.model, capacity, max(len(continuation) - 1, 0))
+        self.items: list[int | tuple[torch.Tensor, float]] = []
+
+    def add(self, arm: Arm, pre: Prefill) -> None:
+        if self.batch.accepts(pre):
+            self.items.append(self.batch.add(pre))
+        else:
+            t0 = time.perf_counter()
+            logits = step_logits(self.sess.engine(arm.split), pre, self.continuation)
+            self.items.append((logits, time.perf_counter() - t0))
+
+    def results(self) -> list[dict]:
+        """Per added prefill, in order: ``kl``, ``agree`` and ``seconds`` (its feeding time;
+        a batched prefill's share of the batch)."""
+        t0 = time.perf_counter()
+        fed = self.batch.feed(self.continuation)
+        share = (time.perf_counter() - t0) / max(fed.shape[0], 1)
+        out = []
+        for item in self.items:
+            logits, sec = (fed[item], share) if isinstance(item, int) else item
+            kl, agree = kl_and_agreement(self.exact_logits, logits, self.continuation)
+            out.append({"kl": [round(float(x), 6) for x in kl], "agree": agree, "seconds": sec})
+        return out

@@ -13,7 +13,7 @@ import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from gpu.batch_decode import Batch
-from gpu.engine import Engine, Prefill, full_cache
+from gpu.engine import Engine, Feeder, Prefill, full_cache
 from gpu.plan import Plan
 from gpu_fixtures import DenseMaps, LAYERS, random_maps, tiny_model, token_ids
 
@@ -90,6 +90,29 @@ def test_stopped_slots_leave_and_the_rest_go_on():
     got = b.greedy(eos_token_id=eos)
     assert got[1] == alone[1][: alone[1].index(eos) + 1]
     assert got == [eng.decode(p, STEPS, eos) for p in prefills(model, ids)[1]]
+
+
+@torch.inference_mode()
+def test_teacher_forcing_equals_feeding_each_cache_alone():
+    """``Batch.feed`` (the agreement instrument) against feeding each prefill's cache one
+    token at a time through the model (no fill: its slot is recomputed over visible rows)."""
+    model = tiny_model("llama", seed=5)
+    ids = token_ids(N, seed=6)
+    eng, pres = prefills(model, ids)
+    tokens = token_ids(STEPS, seed=9)[0].tolist()
+    batch = Batch(model, len(pres), STEPS - 1)
+    for p in pres:
+        batch.add(p)
+    fed = batch.feed(tokens)
+    assert fed.shape == (len(pres), STEPS, model.config.vocab_size)
+    for j, p in enumerate(prefills(model, ids)[1]):
+        want = [p.last_logits]
+        feeder = Feeder(eng, p)  # Engine.decode's step: the no-fill arm hides its filled rows
+        want += [feeder.push(t) for t in tokens[:-1]]
+        torch.testing.assert_close(fed[j], torch.stack(want).float(), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(fed[0], fed[1])  # the slots differ
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        Batch(model, 1, 2).feed([1, 2, 3, 4])
 
 
 @torch.inference_mode()

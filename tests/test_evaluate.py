@@ -129,7 +129,8 @@ def test_loss_masks_and_scorer_wiring(mini, tmp_path):
     sess = ins.Session(loaded, maps)
     units = ev.doc_units(loaded.tokenizer, cfg, SyntheticTexts(), {})
     u = units[0]
-    arms = [a for a in ev.study_arms(cfg, loaded.n_layers) if a.name in ("exact", "ridge@3", "pop@6")]
+    names = ("exact", "nofill@3", "ridge@3", "pop@6")
+    arms = [a for a in ev.study_arms(cfg, loaded.n_layers) if a.name in names]
     j = Journal(tmp_path / "r.jsonl")
     ev.run_docs(sess, j, [u], arms, cfg, "fp", progress=False)
     recs = {r["arm"]: r for r in j.records()}
@@ -160,6 +161,18 @@ def test_loss_masks_and_scorer_wiring(mini, tmp_path):
     got = docs["arms"]["ridge@3"]["dnll_novel"]["estimate"]
     assert got == pytest.approx(d[m].mean() if m.any() else np.nan, abs=1e-9)
     assert len(recs["ridge@3"]["kl"]) == len(recs["exact"]["continuation"]) == cfg.continuation
+    # agreement fed as one batch equals each arm's cache fed alone (Feeder, one token a step)
+    cont = recs["exact"]["continuation"]
+    ex = ins.step_logits(sess.engine(None), sess.exact(ids, 1), cont)
+    for arm in arms[1:]:
+        _, pre = ins.loss(sess, arm, u.prompt, start, seed=u.seed, agreement=True,
+                          native_tail=True)
+        kl, agree = ins.kl_and_agreement(ex, ins.step_logits(sess.engine(arm.split), pre, cont),
+                                         cont)
+        assert recs[arm.name]["agree"] == agree, arm.name
+        np.testing.assert_allclose(recs[arm.name]["kl"], kl, rtol=1e-4, atol=1e-6)
+    assert recs["pop@6"]["agree"] != recs["ridge@3"]["agree"] or \
+        recs["pop@6"]["kl"] != recs["ridge@3"]["kl"]  # the arms' slots differ
 
 
 def test_kl_agreement_and_needle_score():
@@ -307,12 +320,14 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     assert calls == {"needle": n_needle, "loss": 3}
     j = Journal(tmp_path / loaded.name / "records.jsonl")
     assert sum(r["instrument"] == "needle" for r in j.records()) == n_needle
-    assert sum(r["instrument"] == "loss" for r in j.records()) == 1 + 3  # exact's, then 3 arms
+    # exact's record; the 3 arms measured before the stop wait for the document's batched
+    # agreement, so they are measured again
+    assert sum(r["instrument"] == "loss" for r in j.records()) == 1
     assert [r["finished"] for r in j.records() if r["instrument"] == "session"] == [False]
     stopped = json.loads((tmp_path / loaded.name / "report.json").read_text())
     assert stopped["partial"] and stopped["counts"]["needle_records"] == n_needle
     n_doc = len([a for a in arms if not a.blind]) - 1  # the exact document run is not ins.loss
-    assert f"4 of {n_doc + 1} loss records measured" in " ".join(stopped["partial_reasons"])
+    assert f"1 of {n_doc + 1} loss records measured" in " ".join(stopped["partial_reasons"])
     assert "PARTIAL" in (tmp_path / loaded.name / "report.md").read_text().upper()
     # a torn last line (killed mid-write) is dropped, the rest kept
     with open(j.path, "a") as fh:
@@ -320,7 +335,7 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     limit["loss"] = 10 ** 6
     calls.update(needle=0, loss=0)
     rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
-    assert calls == {"needle": 0, "loss": n_doc - 3}
+    assert calls == {"needle": 0, "loss": n_doc}
     assert not any("measured" in r for r in rep["partial_reasons"])
     assert rep["counts"]["needle_records"] == n_needle
     calls.update(needle=0, loss=0)
