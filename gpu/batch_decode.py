@@ -218,13 +218,8 @@ class Batch:
         out: list[list[int]] = [[] for _ in range(len(self))]
         if not out:
             return out
-        self._trim()
-        self._share()
-        active = self._active = list(range(len(self)))
-        logits = torch.stack(self.logits)
-        with self._attention():
-            self._steps(logits, active, out, eos, stop)
-        self.cache, self.logits, self.hidden = None, [], {}
+        with self._decoding() as logits:
+            self._steps(logits, self._active, out, eos, stop)
         return out
 
     @torch.inference_mode()
@@ -238,16 +233,26 @@ class Batch:
                              f"{len(tokens) - 1}; make the Batch with room for them")
         if not self.logits:
             return torch.empty(0, len(tokens), 0)
+        with self._decoding() as first:
+            out = [first]
+            for t in tokens[:-1]:
+                ids = torch.full((len(self), 1), int(t), dtype=torch.long, device=first.device)
+                out.append(self.model(input_ids=ids, cache=self.cache, use_cache=True).logits[:, -1])
+        return torch.stack(out, 1).float()
+
+    @contextmanager
+    def _decoding(self):
+        """Ready the batch for decoding steps (spare slots trimmed, shared prompt columns
+        kept once, attention wrapped); yields the first step's logits (slots, vocab) and
+        consumes the batch on the way out."""
         self._trim()
         self._share()
         self._active = list(range(len(self)))
-        out = [torch.stack(self.logits)]
-        with self._attention():
-            for t in tokens[:-1]:
-                ids = torch.full((len(self), 1), int(t), dtype=torch.long, device=out[0].device)
-                out.append(self.model(input_ids=ids, cache=self.cache, use_cache=True).logits[:, -1])
-        self.cache, self.logits, self.hidden = None, [], {}
-        return torch.stack(out, 1).float()
+        try:
+            with self._attention():
+                yield torch.stack(self.logits)
+        finally:
+            self.cache, self.logits, self.hidden = None, [], {}
 
     def _steps(self, logits, active, out, eos, stop) -> None:
         for step in range(self.max_new_tokens):
