@@ -24,7 +24,7 @@ from rfmath.cost import break_even_rows, exact_row_cost, exact_share, speedup_ce
 from . import corpus, models
 from .api import RidgeFill
 from .archspec import arch_of
-from .atomic import atomic_path, write_json
+from rfmodel.atomic import atomic_path, write_json
 from .mapfile import MapSet, load_maps
 from .select import RandomRows
 

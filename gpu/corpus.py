@@ -51,6 +51,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from rfmodel.atomic import write_text
+
 __all__ = [
     "Document",
     "DOMAINS",
@@ -129,22 +131,6 @@ def texts_dir() -> Path:
     if root:
         return Path(root).expanduser() / "texts"
     return Path.home() / ".cache" / "ridgefill" / "texts"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -809,10 +795,10 @@ def _write_cache(name: str, source: str, docs: list[tuple[str, str]]) -> None:
     os.chmod(tmp, 0o755)
     try:
         for n, text in docs:
-            _atomic_write_text(tmp / f"{n}.txt", text)
+            write_text(tmp / f"{n}.txt", text)
         meta = {"format": CACHE_FORMAT, "domain": name, "source": source,
                 "names": [n for n, _ in docs], "chars": sum(len(t) for _, t in docs)}
-        _atomic_write_text(tmp / "_index.json", json.dumps(meta, indent=1))
+        write_text(tmp / "_index.json", json.dumps(meta, indent=1))
         final = _domain_dir(name)
         if final.exists():
             shutil.rmtree(final, ignore_errors=True)  # stale format or a broken folder
@@ -1005,7 +991,7 @@ def write_manifest(split: dict[str, list[Document]], path: str | Path, *, seed: 
             for role, docs in split.items()
         },
     }
-    _atomic_write_text(path, json.dumps(body, indent=1) + "\n")
+    write_text(path, json.dumps(body, indent=1) + "\n")
     return path
 
 

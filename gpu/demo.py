@@ -14,7 +14,7 @@ from rfmath.cost import exact_share, speedup_ceiling
 from . import corpus, models, tasks
 from .api import RidgeFill
 from .archspec import arch_of
-from .atomic import atomic_path, write_json
+from rfmodel.atomic import atomic_path, write_json
 from .fit import FitOptions, fit
 from .mapfile import load_maps
 

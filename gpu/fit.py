@@ -27,7 +27,7 @@ from tqdm import tqdm
 from rfmodel.ridge import RidgeMoments
 
 from . import corpus
-from .atomic import atomic_path, write_json
+from rfmodel.atomic import atomic_path, write_json
 from transformers import DynamicCache
 
 from .engine import Engine

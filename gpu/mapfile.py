@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from rfmodel.maps import quantize_int8
 
-from .atomic import atomic_path
+from rfmodel.atomic import atomic_path
 
 FORMAT = "ridgefill-maps/1"
 GROUP = 128

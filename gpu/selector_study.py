@@ -39,7 +39,7 @@ from rfmath.stats import binomial_floor
 
 from . import evaluate as ev
 from . import models, select
-from .atomic import write_json, write_text
+from rfmodel.atomic import write_json, write_text
 from .instruments import Arm, Session
 
 SELECTORS = {  # name -> (gpu.select name, options)

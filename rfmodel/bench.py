@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 from rfmodel import gdn, lexical, ridge, selectors
+from rfmodel.atomic import write_text
 
 __all__ = ["run_kernel_bench"]
 
@@ -140,9 +141,8 @@ def run_kernel_bench(*, d: int = 576, rows: int = 8192, gdn_heads: int = 9, gdn_
         print(f"{name:<{width}}  {r['numpy_ms']:>10.2f}  {r['numba_ms']:>10.2f}  {r['ratio']:>6.2f}x  "
               f"{r['ratio_min']:>5.2f}-{r['ratio_max']:<6.2f}  {r['warmup_ms']:>10.1f}", file=out)
     if json_path:
-        with open(json_path, "w") as fh:
-            for name, r in results.items():
-                fh.write(json.dumps({"case": name, "d": d, "rows": rows, **r}) + "\n")
+        write_text(json_path, "".join(json.dumps({"case": name, "d": d, "rows": rows, **r}) + "\n"
+                                      for name, r in results.items()))
     return results
 
 

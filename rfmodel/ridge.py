@@ -26,13 +26,13 @@ Shapes: x ``(n, d_in)``, y ``(n, d_out)``; maps ``A (d_out, d_in)``, ``b (d_out,
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from rfmath.ridge import solve_moments
 from rfmodel import _validate as _v
+from rfmodel.atomic import atomic_path
 from rfmodel import kernels
 
 __all__ = ["RidgeMoments", "BACKENDS"]
@@ -223,16 +223,9 @@ class RidgeMoments:
     def save(self, path: str | os.PathLike) -> None:
         """Write the sums to an ``.npz`` file atomically (temp file in the same folder, then
         ``os.replace``), so an interrupted save never leaves a half-written checkpoint."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as fh:
                 np.savez(fh, **self.state_dict())
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, backend: str = "reference") -> "RidgeMoments":
