@@ -335,7 +335,8 @@ def plot(summ: dict, path: Path) -> None:
 def study_config(loaded, a) -> tuple[ev.EvalConfig, ev.EvalConfig]:
     """(the harness preset, this study's grid): primary split, ``--tail``, needles at
     ``--lengths``, and ``--docs`` documents of ``--loss-length`` tokens for loss."""
-    preset = ev.study_config(loaded.name, loaded.n_layers)
+    preset = ev.study_config(loaded.name, loaded.n_layers,
+                             chat_template=ev.has_chat_template(loaded))
     score = min(preset.score_tokens, a.tail // 2)
     cfg = replace(preset, splits=preset.splits[:1], tail=a.tail,
                   needles={n: tuple(a.tasks) for n in a.lengths}, samples=a.samples,
@@ -393,15 +394,15 @@ def main(argv: list[str] | None = None) -> int:
                     if r.get("instrument") == "session"]  # a resumed run counts every session
         wall = sum(r.get("wall_seconds", 0.0) for r in sessions) or time.time() - t0
         t1 = time.time()
-        previous = a.out_dir / name / "summary.json"
+        root = a.out_dir / loaded.name  # beside the harness's report (a model path: its folder name)
+        previous = root / "summary.json"
         if a.reuse_timing:
             old = json.loads(previous.read_text()) if previous.is_file() else {}
-            if "timing" not in old:
-                raise SystemExit(f"--reuse-timing: {previous} holds no timing; run without it")
+            if "timing" not in old or "timing_command" not in old:
+                raise SystemExit(f"--reuse-timing: {previous} holds no timing (or not the "
+                                 "command that measured it); run without --reuse-timing")
             timing, timing_s, threads = old["timing"], old["timing_seconds"], old["threads"]
-            timing_units = old["timing_units"]
-            # summaries written before timing_command existed name it first in their command
-            timing_command = old.get("timing_command") or old["command"].split("` (timing)")[0]
+            timing_units, timing_command = old["timing_units"], old["timing_command"]
             shown = f"{timing_command}` (timing); summary rebuilt by `{command}"
         else:
             sess = Session(loaded, maps, reuse_lower=False)  # every prefill runs its own
@@ -412,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             timing_command = shown = command
             timing_units = min(a.timing_units, len(units))
         short = a.samples < 20 or (a.docs and a.docs < 24)
-        meta = {"model": name, "split": S, "tail": T, "lengths": a.lengths, "tasks": a.tasks,
+        meta = {"model": loaded.name, "split": S, "tail": T, "lengths": a.lengths, "tasks": a.tasks,
                 "seed": a.seed, "command": shown, "timing_command": timing_command,
                 "wall_seconds": wall,
                 "timing_seconds": timing_s, "device": str(loaded.model.device),
@@ -426,11 +427,10 @@ def main(argv: list[str] | None = None) -> int:
                           "full study's minimum is 20 and 24): sized to a shared 2-core CPU."]
                 if short else []}
         summ = summarize(rep, timing, arms, meta)
-        root = a.out_dir / name
         write_json(root / "summary.json", summ)
         write_text(root / "summary.md", markdown(summ))
         plot(summ, root / "retrieval_vs_share.png")
-        print(f"{name}: {summ['samples']} samples -> {root}/summary.md")
+        print(f"{loaded.name}: {summ['samples']} samples -> {root}/summary.md")
     return 0
 
 

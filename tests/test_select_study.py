@@ -70,16 +70,24 @@ def test_study_grid_follows_the_issue():
 
     args = st.build_parser().parse_args(["--docs", "3", "--samples", "5"])
     for name, layers, split, chat in (("smollm2-135m", 30, 11, True), ("gemma3-270m", 18, 7, False)):
-        preset, cfg = st.study_config(SimpleNamespace(name=name, n_layers=layers), args)
+        plain = SimpleNamespace(chat_template=None)  # the preset decides for built-in models
+        preset, cfg = st.study_config(SimpleNamespace(name=name, n_layers=layers,
+                                                      tokenizer=plain), args)
         assert cfg.splits == (split,) and preset.splits[0] == split
         assert cfg.tail == 512 and cfg.samples == 5 and cfg.docs == 3 and cfg.chat is chat
         assert set(cfg.needles) == {2048, 4096}
         assert cfg.needles[4096] == ("niah_single_1", "niah_multikey_1")
         assert 0 < cfg.score_tokens <= cfg.tail // 2 and cfg.key_window > 0
         assert cfg.instruments == ("needle", "loss")
-    _, cfg = st.study_config(SimpleNamespace(name="smollm2-135m", n_layers=30),
-                             st.build_parser().parse_args(["--docs", "0"]))
+    no_docs = st.build_parser().parse_args(["--docs", "0"])
+    _, cfg = st.study_config(SimpleNamespace(name="smollm2-135m", n_layers=30,
+                                             tokenizer=SimpleNamespace(chat_template=None)), no_docs)
     assert cfg.instruments == ("needle",)
+    for template in (None, "{{ messages }}"):  # any other model: chat prompts iff it has a template
+        _, cfg = st.study_config(SimpleNamespace(name="local", n_layers=8,
+                                                 tokenizer=SimpleNamespace(chat_template=template)),
+                                 no_docs)
+        assert cfg.chat is (template is not None) and cfg.splits == (3,)
 
 
 def test_default_rule_ranks_qualified_selectors_first():
@@ -102,3 +110,38 @@ def test_default_rule_ranks_qualified_selectors_first():
     assert [r["qualifies"] for r in ranking] == [True, True, False, False]
     no_loss = st.rank_selectors({"rows": rows, "loss": []})
     assert [r["arm"] for r in no_loss][:2] == ["ridge+lexical@11", "ridge+combined@11"]
+
+
+def test_end_to_end_on_a_local_model_and_reuse_timing(tmp_path):
+    """A model given as a folder (a tokenizer without a chat template: plain prompts) runs the
+    whole study; its summary lands beside the harness's report under ``--out-dir``, and
+    ``--reuse-timing`` rebuilds it keeping the measured timing (refused without one)."""
+    import pytest
+    import torch
+    from gpu_fixtures import tiny_dir
+
+    model = tiny_dir("llama", 3)
+    before = sorted(p.name for p in model.iterdir())
+    args = ["--models", str(model), "--samples", "1", "--lengths", "1024", "--tasks",
+            "niah_single_1", "--tail", "128", "--docs", "0", "--timing-units", "1",
+            "--out-dir", str(tmp_path), "--quiet"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert st.main(args) == 0
+        root = tmp_path / model.name
+        first = json.loads((root / "summary.json").read_text())
+        assert (root / "report.json").is_file() and (root / "summary.md").is_file()
+        assert sorted(p.name for p in model.iterdir()) == before  # nothing written beside the model
+        assert first["model"] == model.name and set(first["timing"]) >= {"exact", f"ridge@{first['split']}"}
+        assert st.main(args + ["--reuse-timing"]) == 0
+        again = json.loads((root / "summary.json").read_text())
+        assert again["timing"] == first["timing"]
+        assert again["timing_command"] == first["command"]
+        assert "summary rebuilt by" in again["command"] and "--reuse-timing" in again["command"]
+        del again["timing_command"]
+        (root / "summary.json").write_text(json.dumps(again))
+        with pytest.raises(SystemExit, match="holds no timing"):
+            st.main(args + ["--reuse-timing"])
+    finally:
+        torch.set_num_threads(threads)
