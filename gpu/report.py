@@ -39,7 +39,7 @@ def interval(x, y, strata) -> dict | None:
     if ok.sum() == 0:
         return None
     labels = strata[ok]
-    stratified = bool(np.unique(labels, return_counts=True)[1].min() >= 2) or ok.sum() == 1
+    stratified = bool(np.unique(labels, return_counts=True)[1].min() >= 2 or ok.sum() == 1)
     iv = paired_bootstrap(x[ok], y[ok], strata=labels if stratified else None,
                           resamples=RESAMPLES, seed=0)
     return {"estimate": _f(iv.estimate), "low": _f(iv.low), "high": _f(iv.high), "n": iv.n,
@@ -383,11 +383,22 @@ def aggregate(records: list[dict], meta: dict) -> dict:
                    "documents": docs.get("units", 0), "sessions": len(sess)},
         "wall_seconds": float(sum(r["wall_seconds"] for r in sess)),
         "record_seconds": float(sum(r["seconds"] for r in nrec + drec)),
-        "commands": sorted({r["command"] for r in sess}),
+        "commands": _commands(sess),
         "needles": clean(needles) if needles else {}, "documents": clean(docs) if docs else {},
         "contrasts": con, "noninferiority": ni, "splices": spl, "findings": fnd,
         "estimate_full_grid": estimate_hours(nrec, drec, meta),
     }
+
+
+def _commands(sessions: list[dict]) -> list[dict]:
+    """Each command that wrote to the journal, with its sessions and the runs they measured
+    (records that later code superseded included), in order of first use."""
+    out: dict[str, dict] = {}
+    for r in sorted(sessions, key=lambda r: r.get("started", 0.0)):
+        c = out.setdefault(r["command"], {"command": r["command"], "sessions": 0, "measured": 0})
+        c["sessions"] += 1
+        c["measured"] += int(r.get("measured", 0))
+    return list(out.values())
 
 
 def write(root: Path, records: list[dict], meta: dict) -> dict:

@@ -34,7 +34,8 @@ def markdown(rep: dict) -> str:
                  "results.\n")
     L.append("## Setup\n")
     for c in rep["commands"]:
-        L.append(f"- command: `{c}`")
+        L.append(f"- command: `{c['command']}` ({c['sessions']} session(s), {c['measured']} runs "
+                 "measured)")
     L.append(f"- model: {m['model']} ({m['n_layers']} layers, QK-norm: {m['qk_norm']}), "
              f"{m['dtype']} on {m['device']}, {m['torch_threads']} torch threads")
     L.append(f"- splits {cfg['splits']} (primary {cfg['splits'][0]}), tail {cfg['tail']}, "

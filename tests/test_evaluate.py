@@ -249,7 +249,8 @@ def test_bootstrap_and_noninferiority_on_known_data():
     iv = report.interval(x + 0.5, x, ["a"] * 3 + ["b"] * 3)
     assert iv == {"estimate": 0.5, "low": 0.5, "high": 0.5, "n": 6, "stratified": True}
     iv = report.interval([1.0, 5, 2], [0.0, 0, 0], ["a", "b", "c"])  # singleton strata: pooled
-    assert not iv["stratified"] and iv["low"] < iv["estimate"] < iv["high"]
+    assert iv["stratified"] is False and iv["low"] < iv["estimate"] < iv["high"]
+    assert json.loads(json.dumps(iv, default=str))["stratified"] is False  # a JSON bool, not "False"
     iv = report.interval([1.0, np.nan, 3], [0.0, 0.0, np.nan], ["a", "a", "a"])
     assert iv["n"] == 1 and iv["estimate"] == 1.0  # only complete pairs count
     rng = np.random.default_rng(0)
@@ -342,6 +343,8 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     rep2 = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
     assert calls == {"needle": 0, "loss": 0}
     assert rep2["needles"] == rep["needles"] and rep2["counts"]["sessions"] == 3
+    (cmd,) = rep2["commands"]  # one command, its three sessions and every run they measured
+    assert cmd["sessions"] == 3 and cmd["measured"] == rep2["counts"]["records"]
 
 
 def test_whole_grid_on_a_sliding_window_model(tmp_path):
