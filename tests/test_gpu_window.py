@@ -108,3 +108,58 @@ def test_decoding_continues_the_prefill(gemma, fill):
     longer = torch.cat([ids, torch.tensor([tokens[:3]])], dim=1)
     again = eng.prefill(longer, Plan(N + 3, S, T + 3, LAYERS, EXACT), fill)
     assert again.logits[-4:].argmax(-1).tolist() == tokens
+
+
+# ------------------------------------------------- attention over the columns a block may read
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from gpu.engine import masked_attention  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_old=st.integers(0, 300), n_new=st.integers(1, 300), window=st.sampled_from([None, 4, 32, 100]),
+       block=st.sampled_from([1, 7, 64, 512]), hidden=st.floats(0.0, 0.9), seed=st.integers(0, 2**16))
+def test_masked_attention_equals_one_masked_sdpa(n_old, n_new, window, block, hidden, seed):
+    """The per-block column spans give what one masked ``scaled_dot_product_attention`` over
+    the whole cache gives (float rounding only), for the masks ``Engine.late`` builds: causal,
+    optionally windowed, some old or new columns hidden, queries a sorted subset of new rows."""
+    g = torch.Generator().manual_seed(seed)
+    n_keys = n_old + n_new
+    rows = torch.nonzero(torch.rand(n_new, generator=g) < 0.6).flatten()
+    rows = torch.cat([rows, torch.tensor([n_new - 1])]).unique()  # sorted, the last row computed
+    q_pos, key_pos = n_old + rows, torch.arange(n_keys)
+    allowed = key_pos[None, :] <= q_pos[:, None]
+    if window is not None:
+        allowed &= key_pos[None, :] > q_pos[:, None] - window
+    seen = torch.rand(n_keys, generator=g) >= hidden
+    seen[n_old + rows] = True  # a computed row always sees itself
+    allowed &= seen[None, :]
+    q = torch.randn(1, 4, rows.numel(), 8, generator=g)
+    k, v = torch.randn(1, 2, n_keys, 8, generator=g), torch.randn(1, 2, n_keys, 8, generator=g)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
+                                                            scale=0.3, enable_gqa=True)
+    got = masked_attention(q, k, v, allowed, 0.3, block=block)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_masked_attention_reads_only_the_window(monkeypatch):
+    """A 1,024-row tail under a 32-wide window: each block of 128 queries reads its own 159
+    columns, not the 1,024 of the cache (one call per block), with the same result."""
+    n, window, block = 1024, 32, 128
+    pos = torch.arange(n)
+    allowed = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g) for _ in range(3))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=0.3)
+    widths = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        widths.append(k.shape[2])
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    got = masked_attention(q, k, v, allowed, 0.3, block=block)
+    assert widths == [block] + [block + window - 1] * (n // block - 1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
