@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from rfmath.cost import break_even_rows, exact_row_cost, exact_share, speedup_ceiling
+from rfmodel.atomic import atomic_path, write_json
 
 from . import corpus, models
 from .api import RidgeFill
 from .archspec import arch_of
-from rfmodel.atomic import atomic_path, write_json
 from .mapfile import MapSet, load_maps
 from .select import RandomRows
 

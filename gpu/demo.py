@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from rfmath.cost import exact_share, speedup_ceiling
+from rfmodel.atomic import atomic_path, write_json
 
 from . import corpus, models, tasks
 from .api import RidgeFill
 from .archspec import arch_of
-from rfmodel.atomic import atomic_path, write_json
 from .fit import FitOptions, fit
 from .mapfile import load_maps
 

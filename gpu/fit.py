@@ -23,13 +23,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
+from transformers import DynamicCache
 
+from rfmodel.atomic import atomic_path, write_json
 from rfmodel.ridge import RidgeMoments
 
 from . import corpus
-from rfmodel.atomic import atomic_path, write_json
-from transformers import DynamicCache
-
 from .engine import Engine
 from .mapfile import save_maps
 from .models import Loaded

@@ -4,8 +4,6 @@ projector layout), the bias in fp32, and a metadata block that ties the maps to 
 one split."""
 from __future__ import annotations
 
-from . import __version__
-
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -16,9 +14,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from rfmodel.atomic import atomic_path
 from rfmodel.maps import quantize_int8
 
-from rfmodel.atomic import atomic_path
+from . import __version__
 
 FORMAT = "ridgefill-maps/1"
 GROUP = 128

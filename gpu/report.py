@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from rfmath.stats import binomial_floor, noninferior, paired_bootstrap
-
 from rfmodel.atomic import write_json, write_text
+
 from .masks import key_token_mask
 
 RESAMPLES = 10_000

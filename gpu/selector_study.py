@@ -36,10 +36,10 @@ import numpy as np
 import torch
 
 from rfmath.stats import binomial_floor
+from rfmodel.atomic import write_json, write_text
 
 from . import evaluate as ev
 from . import models, select
-from rfmodel.atomic import write_json, write_text
 from .instruments import Arm, Session
 
 SELECTORS = {  # name -> (gpu.select name, options)
