@@ -519,7 +519,7 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed:
         a, b = (int(cols[0]), int(cols[-1]) + 1) if cols.numel() else (0, 1)
         spans.append((lo, min(lo + block, n_q), a, b))
     work = sum((hi - lo) * (b - a) for lo, hi, a, b in spans)
-    if len(spans) == 1 and spans[0][2:] == (0, n_k) or work > 0.75 * n_q * n_k:
+    if work > 0.75 * n_q * n_k:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale,
                                               enable_gqa=True)
     out = q.new_empty(*q.shape[:-1], v.shape[-1])

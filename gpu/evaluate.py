@@ -89,22 +89,23 @@ def depth(fraction: float, n_layers: int) -> int:
     return int(round(fraction * n_layers))
 
 
-def study_config(model: str, n_layers: int, *, chat_template: bool = True) -> EvalConfig:
-    """The grid of issue 5 for the built-in models. Any other model gets smollm2's shape, with
-    chat prompts only if its tokenizer has a chat template (``chat_template``)."""
+def study_config(model: str, n_layers: int, *, chat: bool = True) -> EvalConfig:
+    """The grid of issue 5 for the built-in models (any other model: smollm2's shape, chat
+    prompts as ``chat`` says)."""
     if model == "gemma3-270m":  # base model, QK-norm: completion prompts, tail 1,024
         return EvalConfig(model, (depth(3 / 8, n_layers),), 1024,
                           {4096: tasks.TASKS, 8192: tasks.TASKS}, loss_length=8192,
                           score_tokens=512, chat=False)
     return EvalConfig(model, (depth(3 / 8, n_layers), depth(1 / 2, n_layers)), 512,
                       {2048: tasks.TASKS, 4096: tasks.TASKS, 8192: ("niah_single_1",)},
-                      loss_length=4096, score_tokens=256,
-                      chat=model == "smollm2-135m" or chat_template)
+                      loss_length=4096, score_tokens=256, chat=chat)
 
 
-def has_chat_template(loaded) -> bool:
-    """Whether the model's tokenizer renders chat turns (else prompts are plain completions)."""
-    return getattr(loaded.tokenizer, "chat_template", None) is not None
+def preset_for(loaded) -> EvalConfig:
+    """``study_config`` of a loaded model: chat prompts iff its tokenizer has a chat template
+    (smollm2-135m-Instruct has one; a base model gets plain completions)."""
+    chat = getattr(loaded.tokenizer, "chat_template", None) is not None
+    return study_config(loaded.name, loaded.n_layers, chat=chat)
 
 
 def study_arms(cfg: EvalConfig, n_layers: int) -> list[Arm]:
@@ -517,7 +518,7 @@ def run(args) -> int:
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval study"
     for name in names:
         loaded = models.load(name, device=getattr(args, "device", None))
-        preset = study_config(loaded.name, loaded.n_layers, chat_template=has_chat_template(loaded))
+        preset = preset_for(loaded)
         cfg = _override(preset, args)
         rep = evaluate_model(loaded, cfg, Path(args.out_dir), CorpusTexts(), command=command,
                              progress=progress, preset=preset)

@@ -335,8 +335,7 @@ def plot(summ: dict, path: Path) -> None:
 def study_config(loaded, a) -> tuple[ev.EvalConfig, ev.EvalConfig]:
     """(the harness preset, this study's grid): primary split, ``--tail``, needles at
     ``--lengths``, and ``--docs`` documents of ``--loss-length`` tokens for loss."""
-    preset = ev.study_config(loaded.name, loaded.n_layers,
-                             chat_template=ev.has_chat_template(loaded))
+    preset = ev.preset_for(loaded)
     score = min(preset.score_tokens, a.tail // 2)
     cfg = replace(preset, splits=preset.splits[:1], tail=a.tail,
                   needles={n: tuple(a.tasks) for n in a.lengths}, samples=a.samples,

@@ -70,9 +70,9 @@ def test_study_grid_follows_the_issue():
 
     args = st.build_parser().parse_args(["--docs", "3", "--samples", "5"])
     for name, layers, split, chat in (("smollm2-135m", 30, 11, True), ("gemma3-270m", 18, 7, False)):
-        plain = SimpleNamespace(chat_template=None)  # the preset decides for built-in models
+        tok = SimpleNamespace(chat_template="{{ messages }}" if chat else None)  # as installed
         preset, cfg = st.study_config(SimpleNamespace(name=name, n_layers=layers,
-                                                      tokenizer=plain), args)
+                                                      tokenizer=tok), args)
         assert cfg.splits == (split,) and preset.splits[0] == split
         assert cfg.tail == 512 and cfg.samples == 5 and cfg.docs == 3 and cfg.chat is chat
         assert set(cfg.needles) == {2048, 4096}
@@ -81,13 +81,16 @@ def test_study_grid_follows_the_issue():
         assert cfg.instruments == ("needle", "loss")
     no_docs = st.build_parser().parse_args(["--docs", "0"])
     _, cfg = st.study_config(SimpleNamespace(name="smollm2-135m", n_layers=30,
-                                             tokenizer=SimpleNamespace(chat_template=None)), no_docs)
+                                             tokenizer=SimpleNamespace(chat_template="x")), no_docs)
     assert cfg.instruments == ("needle",)
     for template in (None, "{{ messages }}"):  # any other model: chat prompts iff it has a template
         _, cfg = st.study_config(SimpleNamespace(name="local", n_layers=8,
                                                  tokenizer=SimpleNamespace(chat_template=template)),
                                  no_docs)
         assert cfg.chat is (template is not None) and cfg.splits == (3,)
+    _, cfg = st.study_config(SimpleNamespace(name="gemma3-270m", n_layers=18,  # a base model's
+                                             tokenizer=SimpleNamespace(chat_template="x")), no_docs)
+    assert cfg.chat is False  # preset: completion prompts, whatever the tokenizer carries
 
 
 def test_default_rule_ranks_qualified_selectors_first():
