@@ -413,9 +413,11 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                 run_docs(sess, journal, docs, arms, cfg, fingerprint, progress)
         finished = True
     finally:  # an interrupted session's time counts too, and its report shows what it holds
-        journal.add({"key": f"session|{started:.3f}", "instrument": "session",
-                     "command": command, "started": started, "finished": finished,
-                     "wall_seconds": time.time() - started, "measured": len(journal) - before})
+        measured = len(journal) - before
+        if measured or not finished:  # rerunning a finished grid leaves the journal as it was
+            journal.add({"key": f"session|{started:.3f}", "instrument": "session",
+                         "command": command, "started": started, "finished": finished,
+                         "wall_seconds": time.time() - started, "measured": measured})
         if not finished:
             try:
                 rep = write_report()

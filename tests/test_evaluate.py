@@ -340,11 +340,14 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     assert not any("measured" in r for r in rep["partial_reasons"])
     assert rep["counts"]["needle_records"] == n_needle
     calls.update(needle=0, loss=0)
+    md_before = (tmp_path / loaded.name / "report.md").read_text()
     rep2 = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
     assert calls == {"needle": 0, "loss": 0}
-    assert rep2["needles"] == rep["needles"] and rep2["counts"]["sessions"] == 3
-    (cmd,) = rep2["commands"]  # one command, its three sessions and every run they measured
-    assert cmd["sessions"] == 3 and cmd["measured"] == rep2["counts"]["records"]
+    # the rerun of the finished grid measured nothing: no session line, the same report
+    assert rep2["needles"] == rep["needles"] and rep2["counts"]["sessions"] == 2
+    (cmd,) = rep2["commands"]  # one command, its two sessions and every run they measured
+    assert cmd["sessions"] == 2 and cmd["measured"] == rep2["counts"]["records"]
+    assert (tmp_path / loaded.name / "report.md").read_text() == md_before
 
 
 def test_whole_grid_on_a_sliding_window_model(tmp_path):
