@@ -52,3 +52,24 @@ def test_missing_parent_folders_are_created(tmp_path):
     p = tmp_path / "x" / "y" / "z.json"
     write_json(p, [1, 2])
     assert json.loads(p.read_text()) == [1, 2]
+
+
+def test_write_never_touches_the_process_umask(tmp_path, monkeypatch):
+    """Another thread may create files meanwhile: the writer must not flip the umask."""
+    def umask(_):
+        raise AssertionError("os.umask called")
+    monkeypatch.setattr(os, "umask", umask)
+    write_text(tmp_path / "a.md", "x")
+    assert (tmp_path / "a.md").read_text() == "x"
+
+
+def test_a_temp_name_already_taken_is_skipped_not_overwritten(tmp_path, monkeypatch):
+    import secrets
+    names = iter(["aaaaaaaaaaaa", "aaaaaaaaaaaa", "bbbbbbbbbbbb"])
+    monkeypatch.setattr(secrets, "token_hex", lambda n: next(names))
+    taken = tmp_path / ".f.txt.aaaaaaaaaaaa.tmp"
+    write_text(tmp_path / "f.txt", "first")  # takes the name "aaaa..." and moves it away
+    taken.write_text("someone else's")
+    write_text(tmp_path / "f.txt", "second")  # "aaaa..." is taken now: the next name is used
+    assert taken.read_text() == "someone else's"
+    assert (tmp_path / "f.txt").read_text() == "second"
