@@ -103,7 +103,7 @@ class RidgeFill:
         return None if self.fill == "exact" else Plan(n, self.split, self.tail, self.loaded.n_layers)
 
     def prefill(self, p: prompts.Prompt, notes: list[str] | None = None,
-                all_logits: bool = False) -> Prefill:
+                logits_rows: int | None = 1) -> Prefill:
         notes = notes if notes is not None else []
         plan = self.plan(p.n)
         selector = self.selector
@@ -116,7 +116,7 @@ class RidgeFill:
             selector = None
         return self.engine.prefill(p.ids, plan, self.fill, rescale=self.rescale,
                                    rescale_rows=self.rescale_rows, selector=selector, prompt=p,
-                                   all_logits=all_logits, correction=self.correction)
+                                   logits_rows=logits_rows, correction=self.correction)
 
     def generate(self, body: str, question: str = "", *, chat: bool = False,
                  max_new_tokens: int = 32, answer_prefix: str = "") -> Result:

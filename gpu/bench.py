@@ -130,9 +130,9 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         e1 = int(ROW_SHARE * plan.n_prefix)
         rows = RandomRows(count=e1, seed=0)
         arms = {
-            "exact": lambda: exact.engine.prefill(ids, None, "exact", all_logits=False),
-            "ridgefill": lambda: rf.engine.prefill(ids, plan, "ridge", all_logits=False),
-            "ridgefill+rows": lambda: rf.engine.prefill(ids, plan, "ridge", all_logits=False,
+            "exact": lambda: exact.engine.prefill(ids, None, "exact", logits_rows=1),
+            "ridgefill": lambda: rf.engine.prefill(ids, plan, "ridge", logits_rows=1),
+            "ridgefill+rows": lambda: rf.engine.prefill(ids, plan, "ridge", logits_rows=1,
                                                         selector=rows, prompt=None),
         }
         for fn in arms.values():                 # one warm-up each

@@ -170,7 +170,7 @@ class Engine:
                 rescale: str | None = None, rescale_rows: int = 512,
                 splice: str | None = None, exact_cache: DynamicCache | None = None,
                 skip_unread: bool = True, selector=None, prompt=None,
-                all_logits: bool = True, correction: bool | dict = False) -> Prefill:
+                logits_rows: int | None = None, correction: bool | dict = False) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
         fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
@@ -178,8 +178,10 @@ class Engine:
         rescale: None | "values" | "keys" (paper 2.3), measured on the first ``rescale_rows``
         tail rows. splice: replace filled keys/values/both by those of ``exact_cache``.
         selector: chooses exact prefix rows after the lower layers ran (gpu.select), reading
-        ``prompt``; the chosen rows replace ``plan.exact_rows``. all_logits: logits of every
-        computed row (for scoring loss) or of the last row only (generation, timing).
+        ``prompt``; the chosen rows replace ``plan.exact_rows``. logits_rows: logits of the last
+        that many computed rows (1: generation, timing; a scored stretch's length: loss),
+        None: of every computed row. At a 262K vocabulary each row costs 1 MiB, so an 8K
+        prompt's every-row logits alone take 8 GiB.
         correction: the terminal-state correction on Gated DeltaNet late layers (paper 2.3):
         True takes DeltaM from the maps (``ridgefill fit --correction``); a dict
         {layer: DeltaM (H_v, d_k, d_v)} gives it explicitly. Applies to the ridge fill (DeltaM
@@ -200,12 +202,11 @@ class Engine:
         ids = ids.to(self.model.device)
         n = ids.shape[1]
         if fill == "exact" or plan is None or plan.all_exact:
+            keep = n if logits_rows is None else _checked_rows(logits_rows, n)
             out = self.model(input_ids=ids, cache=DynamicCache(config=self.model.config),
-                             use_cache=True, logits_to_keep=0 if all_logits else 1)
-            rows = torch.arange(n, device=ids.device) if plan is None else torch.as_tensor(
-                plan.computed, device=ids.device)
-            logits = out.logits[0, rows] if all_logits else out.logits[0]
-            return Prefill(out.cache, logits, rows if all_logits else rows[-1:], plan, "exact",
+                             use_cache=True, logits_to_keep=keep)
+            rows = torch.arange(n - keep, n, device=ids.device)
+            return Prefill(out.cache, out.logits[0], rows, plan, "exact",
                            seconds=time.perf_counter() - start)
 
         keep = selector.keep(prompt, plan) if selector is not None else None
@@ -224,8 +225,9 @@ class Engine:
         if fill == "none":  # filled rows have no late-layer entry; decoding must not see them
             visible = torch.zeros(n, dtype=torch.bool, device=ids.device)
             visible[computed] = True
-        if not all_logits:
-            h, computed = h[:, -1:], computed[-1:]
+        if logits_rows is not None:
+            keep = _checked_rows(logits_rows, computed.numel())
+            h, computed = h[:, -keep:], computed[-keep:]
         logits = self.adapter.logits(h)[0]
         return Prefill(cache, logits, computed, plan, fill, visible,
                        seconds=time.perf_counter() - start, info=stats)
@@ -437,6 +439,15 @@ class Feeder:
             logits = eng.adapter.logits(h)[0, -1]
         self.n += 1
         return logits
+
+
+def _checked_rows(logits_rows: int, computed: int) -> int:
+    """``logits_rows`` checked against the ``computed`` rows that ran every layer."""
+    if not 1 <= logits_rows <= computed:
+        raise ValueError(f"logits_rows={logits_rows}: only {computed} rows ran every layer; ask "
+                         f"for 1 to {computed} (or None: all of them), e.g. the scored stretch "
+                         "inside the exact tail")
+    return logits_rows
 
 
 def _layer_input(args, kwargs) -> torch.Tensor:

@@ -108,11 +108,12 @@ class Session:
 
     def prefill(self, arm: Arm, prompt: Prompt, *, count: int = 0, seed: int = 0,
                 exact_cache=None, tail: int | None = None, window_blind: bool = False,
-                last_only: bool = False, keep: int = 1) -> Prefill:
+                keep: int = 1) -> Prefill:
         """Prefill ``prompt`` under ``arm``. ``count``: the matched selection's size (for
         controls); ``tail`` overrides the arm's tail; ``window_blind`` points every selector
         at the rows before ``prompt.question_row`` (long-document loss: the stretch before
-        the scored tokens); ``keep``: logits rows of the exact arm."""
+        the scored tokens); ``keep``: logits of the last ``keep`` rows that ran every layer
+        (1: decoding; the scored stretch: loss)."""
         if arm.fill == "exact":
             return self.exact(prompt.ids, keep)
         T = (tail if tail is not None else arm.tail) + (count if arm.control == "tail" else 0)
@@ -126,7 +127,7 @@ class Session:
             selector = None  # nothing to select from (the API does the same)
         return self.engine(arm.split).prefill(
             prompt.ids, plan, arm.fill, selector=selector, prompt=prompt, splice=arm.splice,
-            exact_cache=exact_cache if arm.splice else None, all_logits=not last_only)
+            exact_cache=exact_cache if arm.splice else None, logits_rows=keep)
 
     def macs_share(self, arm: Arm, pre: Prefill, n: int) -> float | None:
         """Multiply-accumulates of this prefill over exact prefill's (paper 2.5)."""
@@ -204,7 +205,7 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
             exact_cache = sess.exact(prompt.ids, 1).cache
         t0 = time.perf_counter()
         pre = sess.prefill(arm, prompt, count=counts.get(arm.of, 0), seed=seed,
-                           exact_cache=exact_cache, last_only=True)
+                           exact_cache=exact_cache)
         exact = set(pre.plan.exact_rows.tolist()) if pre.plan is not None else set()
         rows = [r for r in needle_rows if pre.plan is None or r < pre.plan.n_prefix]
         covered = (sum(r in exact for r in rows) / len(rows)) if rows and pre.plan is not None else None
@@ -287,8 +288,7 @@ def loss(sess: Session, arm: Arm, prompt: Prompt, start: int, *, count: int = 0,
            "macs_share": sess.macs_share(arm, pre, prompt.n)}
     agree_pre = pre if agreement else None
     if agreement and native_tail and arm.fill != "exact" and arm.tail < need:
-        agree_pre = sess.prefill(arm, prompt, count=count, seed=seed, last_only=True,
-                                 exact_cache=exact_cache)
+        agree_pre = sess.prefill(arm, prompt, count=count, seed=seed, exact_cache=exact_cache)
     rec["seconds"] = time.perf_counter() - t0
     return rec, agree_pre
 

@@ -80,12 +80,12 @@ def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
     for _ in range(repeats):
         t0 = time.perf_counter()
         if selector is None:
-            pre = sess.prefill(arm, prompt, count=count, seed=seed, last_only=True)
+            pre = sess.prefill(arm, prompt, count=count, seed=seed)
         else:
             from .plan import Plan
             plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
             pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
-                                                 prompt=prompt, all_logits=False)
+                                                 prompt=prompt, logits_rows=1)
         int(pre.last_logits.argmax())
         best = min(best, time.perf_counter() - t0)
     return best, pre

@@ -222,7 +222,7 @@ def test_needle_instrument_scores_the_decoded_answers(mini, monkeypatch):
     assert recs[0]["macs_share"] == 1.0 and 0 < sel["macs_share"] < 1
     assert all(r["seconds"] == pytest.approx(r["prefill_seconds"] + r["decode_seconds"])
                for r in recs)
-    pre = sess.prefill(arms[2], u.prompt, last_only=True)  # the selection again, alone
+    pre = sess.prefill(arms[2], u.prompt)  # the selection again, alone
     exact = set(pre.plan.exact_rows.tolist())
     assert sel["needle_rows_exact"] == pytest.approx(
         sum(r in exact for r in u.needle_rows) / len(u.needle_rows))
@@ -235,7 +235,7 @@ def test_needle_answers_stop_once_every_value_is_found(mini):
     sess = ins.Session(loaded, maps)
     u = ev.needle_units(loaded.tokenizer, small_cfg(loaded), SyntheticTexts(), {})[0]
     arm = ins.Arm("exact", "exact")
-    pre = sess.prefill(arm, u.prompt, last_only=True)
+    pre = sess.prefill(arm, u.prompt)
     free = sess.engine(None).decode(pre, 12, loaded.tokenizer.eos_token_id)
     text = loaded.tokenizer.decode(free, skip_special_tokens=True)
     (rec,) = ins.needles(sess, [arm], u.prompt, [text[1:4]], [], max_new_tokens=12, counts={})

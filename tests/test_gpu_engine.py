@@ -94,6 +94,28 @@ def test_identity_arm_equals_ridge_with_identity_maps(family_model, exact_rows):
         assert torch.equal(ident.cache.layers[l].values, ridge.cache.layers[l].values)
 
 
+@torch.inference_mode()
+@pytest.mark.parametrize("fill, exact_rows", [("exact", ()), ("ridge", (3, 7)), ("none", ())])
+def test_logits_rows_are_the_last_rows_of_every_row_logits(family_model, fill, exact_rows):
+    """``logits_rows=k`` gives the logits and positions of the last k rows that ran every
+    layer, those of the every-row prefill (what loss scoring reads without 1 MiB per row
+    of a 262K vocabulary for the whole prompt); k outside 1..computed is refused."""
+    family, model = family_model
+    S, T = 2, 6
+    ids = token_ids(N, seed=9)
+    plan = None if fill == "exact" else Plan(N, S, T, LAYERS, np.array(exact_rows, dtype=np.int64))
+    eng = Engine(model, DenseMaps(S, random_maps(S, seed=10)))
+    every = eng.prefill(ids, plan, fill)
+    for k in (1, 4, every.rows.numel()):
+        some = eng.prefill(ids, plan, fill, logits_rows=k)
+        assert torch.equal(some.rows, every.rows[-k:]), (family, k)
+        torch.testing.assert_close(some.logits, every.logits[-k:], rtol=1e-5, atol=1e-5)
+        assert torch.equal(some.logits.argmax(-1), every.logits[-k:].argmax(-1))
+    for bad in (0, every.rows.numel() + 1):
+        with pytest.raises(ValueError, match="logits_rows"):
+            eng.prefill(ids, plan, fill, logits_rows=bad)
+
+
 @pytest.mark.parametrize("adopt", [False, True])
 def test_reused_lower_pass_is_bitwise_a_fresh_one(family_model, adopt):
     """Arms sharing one prompt's lower layers (the evaluation's reuse) change nothing, also

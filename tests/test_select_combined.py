@@ -55,7 +55,7 @@ def select_rows(engine, selector, question: str = QUESTIONS[0]) -> tuple[np.ndar
 
     rec.keep = selector.keep
     with torch.inference_mode():
-        engine.prefill(p.ids, plan, "identity", selector=rec, prompt=p, all_logits=False)
+        engine.prefill(p.ids, plan, "identity", selector=rec, prompt=p, logits_rows=1)
     return seen["rows"], plan.n_prefix
 
 
