@@ -202,11 +202,14 @@ class Engine:
         ids = ids.to(self.model.device)
         n = ids.shape[1]
         if fill == "exact" or plan is None or plan.all_exact:
-            keep = n if logits_rows is None else _checked_rows(logits_rows, n)
+            rows = torch.arange(n, device=ids.device) if plan is None else torch.as_tensor(
+                plan.computed, device=ids.device)
+            if logits_rows is not None:
+                rows = rows[-_checked_rows(logits_rows, rows.numel()):]
+            keep = n - int(rows[0])  # the stock forward's logits of rows[0]..n-1
             out = self.model(input_ids=ids, cache=DynamicCache(config=self.model.config),
                              use_cache=True, logits_to_keep=keep)
-            rows = torch.arange(n - keep, n, device=ids.device)
-            return Prefill(out.cache, out.logits[0], rows, plan, "exact",
+            return Prefill(out.cache, out.logits[0, rows - (n - keep)], rows, plan, "exact",
                            seconds=time.perf_counter() - start)
 
         keep = selector.keep(prompt, plan) if selector is not None else None

@@ -95,7 +95,8 @@ def test_identity_arm_equals_ridge_with_identity_maps(family_model, exact_rows):
 
 
 @torch.inference_mode()
-@pytest.mark.parametrize("fill, exact_rows", [("exact", ()), ("ridge", (3, 7)), ("none", ())])
+@pytest.mark.parametrize("fill, exact_rows", [("exact", None), ("exact", (3, 7)),
+                                              ("ridge", (3, 7)), ("none", ())])
 def test_logits_rows_are_the_last_rows_of_every_row_logits(family_model, fill, exact_rows):
     """``logits_rows=k`` gives the logits and positions of the last k rows that ran every
     layer, those of the every-row prefill (what loss scoring reads without 1 MiB per row
@@ -103,7 +104,7 @@ def test_logits_rows_are_the_last_rows_of_every_row_logits(family_model, fill, e
     family, model = family_model
     S, T = 2, 6
     ids = token_ids(N, seed=9)
-    plan = None if fill == "exact" else Plan(N, S, T, LAYERS, np.array(exact_rows, dtype=np.int64))
+    plan = None if exact_rows is None else Plan(N, S, T, LAYERS, np.array(exact_rows, np.int64))
     eng = Engine(model, DenseMaps(S, random_maps(S, seed=10)))
     every = eng.prefill(ids, plan, fill)
     for k in (1, 4, every.rows.numel()):
