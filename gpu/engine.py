@@ -206,10 +206,10 @@ class Engine:
                 plan.computed, device=ids.device)
             if logits_rows is not None:
                 rows = rows[-_checked_rows(logits_rows, rows.numel()):]
-            keep = n - int(rows[0])  # the stock forward's logits of rows[0]..n-1
+            first = int(rows[0])  # the stock forward computes the logits of rows first..n-1
             out = self.model(input_ids=ids, cache=DynamicCache(config=self.model.config),
-                             use_cache=True, logits_to_keep=keep)
-            return Prefill(out.cache, out.logits[0, rows - (n - keep)], rows, plan, "exact",
+                             use_cache=True, logits_to_keep=n - first)
+            return Prefill(out.cache, out.logits[0, rows - first], rows, plan, "exact",
                            seconds=time.perf_counter() - start)
 
         keep = selector.keep(prompt, plan) if selector is not None else None
@@ -229,8 +229,8 @@ class Engine:
             visible = torch.zeros(n, dtype=torch.bool, device=ids.device)
             visible[computed] = True
         if logits_rows is not None:
-            keep = _checked_rows(logits_rows, computed.numel())
-            h, computed = h[:, -keep:], computed[-keep:]
+            k = _checked_rows(logits_rows, computed.numel())
+            h, computed = h[:, -k:], computed[-k:]
         logits = self.adapter.logits(h)[0]
         return Prefill(cache, logits, computed, plan, fill, visible,
                        seconds=time.perf_counter() - start, info=stats)
