@@ -10,7 +10,8 @@ haystacks the calibration never saw) and the loss instrument on ``--docs`` long 
 
 * exact; RidgeFill alone;
 * RidgeFill + each selector of gpu.select with span completion (attention 10%, probe,
-  protected, lexical, combined at a 10% cap), each with its exact-row share recorded;
+  protected, lexical, combined at a 10% cap), each with its exact-row share recorded, and
+  the paper's attention selector as it is written (10%, no span completion);
 * beside each candidate default (``--controls``: lexical, combined): count-matched random
   rows, the same count added to the tail, and the question-blind variant. The default is the
   top of a ranking by a rule stated in :func:`rank_selectors`.
@@ -42,12 +43,15 @@ from . import evaluate as ev
 from . import models, select
 from .instruments import Arm, Session
 
-SELECTORS = {  # name -> (gpu.select name, options)
-    "attention": ("attention", (("complete", True), ("share", 0.10))),
-    "probe": ("probe", (("complete", True),)),
-    "protected": ("protected", (("complete", True),)),
-    "lexical": ("lexical", (("complete", True),)),
-    "combined": ("combined", (("cap", 0.10),)),
+SELECTORS = {  # name -> (gpu.select name, options, label)
+    "attention": ("attention", (("complete", True), ("share", 0.10)),
+                  "attention rows + span completion"),
+    "attention-paper": ("attention", (("share", 0.10),),
+                        "attention rows, no span completion (paper's reference, §2.4)"),
+    "probe": ("probe", (("complete", True),), "probe rows"),
+    "protected": ("protected", (("complete", True),), "protected rows"),
+    "lexical": ("lexical", (("complete", True),), "lexical rows"),
+    "combined": ("combined", (("cap", 0.10),), "combined rows"),
 }
 
 
@@ -58,10 +62,10 @@ def arms_for(split: int, tail: int, controls: tuple[str, ...] = ("lexical", "com
     arms = [Arm("exact", "exact", label="exact"),
             Arm(f"ridge@{split}", "ridge", split, tail, label="RidgeFill")]
     for name in selectors:
-        rows, opts = SELECTORS[name]
+        rows, opts, what = SELECTORS[name]
         base = f"ridge+{name}@{split}"
         arms.append(Arm(base, "ridge", split, tail, rows, options=opts,
-                        label=f"RidgeFill + {name} rows"))
+                        label=f"RidgeFill + {what}"))
         if name in controls:
             arms += [Arm(f"{base}/random", "ridge", split, tail, rows, control="random", of=base,
                          options=opts, label=f"  control: random rows, count of {name}"),

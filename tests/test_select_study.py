@@ -1,5 +1,6 @@
 """gpu.selector_study without a model: its arms (controls beside the default only, every
-selector with span completion) and its summary / markdown / plot on a synthetic report."""
+selector with span completion but the paper's attention selector) and its summary / markdown /
+plot on a synthetic report."""
 from __future__ import annotations
 
 import json
@@ -13,10 +14,13 @@ def test_arms_and_controls():
     assert names[:2] == ["exact", "ridge@11"]
     controls = {f"ridge+{s}@11/{c}" for s in ("lexical", "combined")
                 for c in ("random", "tail", "blind")}
-    assert {"ridge+attention@11", "ridge+probe@11", "ridge+protected@11", "ridge+lexical@11",
+    assert {"ridge+attention@11", "ridge+attention-paper@11", "ridge+probe@11",
+            "ridge+protected@11", "ridge+lexical@11",
             "ridge+combined@11"} | controls == set(names[2:])
     for a in arms:
-        if a.rows not in ("none", "combined"):
+        if a.name == "ridge+attention-paper@11":  # §2.4 as written: 10%, no span completion
+            assert a.rows == "attention" and dict(a.options) == {"share": 0.10}
+        elif a.rows not in ("none", "combined"):
             assert dict(a.options)["complete"] is True
         if a.control:
             assert a.of in ("ridge+lexical@11", "ridge+combined@11")
