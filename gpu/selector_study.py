@@ -229,8 +229,8 @@ def markdown(summ: dict) -> str:
          f"all (seed {summ['seed']}); needles from eval-role haystacks (never calibration). "
          f"Maps: {summ['maps']}.", "",
          f"Command: `{summ['command']}`  ", f"Wall time: {summ['wall_seconds']:.0f} s "
-         f"(needles, every session of the journal) + {summ['timing_seconds']:.0f} s (timing of "
-         f"{summ.get('timing_units', 1)} sample per arm, best of 2), on {summ['device']} with "
+         f"(needles and documents, every session of the journal) + {summ['timing_seconds']:.0f} s "
+         f"(timing: {summ.get('timing_units', 1)} samples per arm, best of 2 each), on {summ['device']} with "
          f"{summ['threads']} torch threads (a shared 2-core CPU: times are noisy).", "",
          f"Binomial floor for n = {summ['samples']}: {_num(summ['binomial_floor_points'], 1)} "
          "points (a paired interval cannot be tighter than this on the lower side when every "
