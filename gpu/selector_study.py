@@ -223,6 +223,7 @@ def _num(x, nd=2):
 
 
 def markdown(summ: dict) -> str:
+    units = summ.get("timing_units", 1)
     L = [f"# Selector study (issue 9){' — PARTIAL RUN' if summ['partial'] else ''}", "",
          f"Model {summ['model']}, split {summ['split']}, tail {summ['tail']}, prompt lengths "
          f"{summ['lengths']}, tasks {summ['tasks']}, {summ['samples']} filled-region samples in "
@@ -230,7 +231,7 @@ def markdown(summ: dict) -> str:
          f"Maps: {summ['maps']}.", "",
          f"Command: `{summ['command']}`  ", f"Wall time: {summ['wall_seconds']:.0f} s "
          f"(needles and documents, every session of the journal) + {summ['timing_seconds']:.0f} s "
-         f"(timing: {summ.get('timing_units', 1)} samples per arm, best of 2 each), on {summ['device']} with "
+         f"(timing: {units} sample{'s' if units != 1 else ''} per arm, best of 2 each), on {summ['device']} with "
          f"{summ['threads']} torch threads (a shared 2-core CPU: times are noisy).", "",
          f"Binomial floor for n = {summ['samples']}: {_num(summ['binomial_floor_points'], 1)} "
          "points (a paired interval cannot be tighter than this on the lower side when every "
