@@ -6,6 +6,12 @@ import RidgeFill.TailShare
 import RidgeFill.GdnContraction
 import RidgeFill.AttentionInfluence
 import RidgeFill.CountMatched
+import RidgeFill.AttentionVector
+import RidgeFill.TopK
+import RidgeFill.CountControl
+import RidgeFill.RhoRange
+import RidgeFill.BreakEven
+import RidgeFill.MatrixState
 
 /-!
 # RidgeFill

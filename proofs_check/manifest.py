@@ -24,6 +24,8 @@ class Theorem:
 
 _GATING = "tests/test_rfmath_gating.py"
 _ATTENTION = "tests/test_rfmath_attention.py"
+_COST = "tests/test_rfmath_cost.py"
+_STATS = "tests/test_rfmath_stats.py"
 
 THEOREMS: tuple[Theorem, ...] = (
     Theorem("StateCorrection", "RidgeFill.run_eq_unrolled",
@@ -54,12 +56,36 @@ THEOREMS: tuple[Theorem, ...] = (
             ("rfmath.attention.value_change_effect",),
             f"{_ATTENTION}::test_value_change_is_exact"),
     Theorem("AttentionInfluence", "RidgeFill.weight_change_le",
-            ("rfmath.attention.logit_change_bound",),
-            f"{_ATTENTION}::test_logit_change_within_bound"),
+            ("rfmath.attention.weight_change_bound",),
+            f"{_ATTENTION}::test_weight_change_le"),
     Theorem("AttentionInfluence", "RidgeFill.output_score_change_le",
             ("rfmath.attention.logit_change_bound",),
             f"{_ATTENTION}::test_logit_change_within_bound"),
     Theorem("CountMatched", "RidgeFill.count_matched_expectation",
             ("rfmath.stats.count_matched_expected",),
-            "tests/test_rfmath_stats.py::test_count_matched_expectation_is_k_over_n"),
+            f"{_STATS}::test_count_matched_expectation_is_k_over_n"),
+    Theorem("AttentionVector", "RidgeFill.output_score_change_normSq_le",
+            ("rfmath.attention.output_change_sq_bound",),
+            f"{_ATTENTION}::test_output_score_change_norm_sq_le"),
+    Theorem("TopK", "RidgeFill.topk_minimises_unprotected",
+            ("rfmath.attention.top_k_rows", "rfmath.attention.unprotected_attention"),
+            f"{_ATTENTION}::test_topk_minimises_unprotected"),
+    Theorem("CountControl", "RidgeFill.control_size_margin",
+            ("rfmath.stats.control_size_term",),
+            f"{_STATS}::test_control_size_margin"),
+    Theorem("RhoRange", "RidgeFill.rho_mem_unit",
+            ("rfmath.gating.filled_share",),
+            f"{_GATING}::test_rho_mem_unit"),
+    Theorem("BreakEven", "RidgeFill.break_even_iff",
+            ("rfmath.cost.break_even_rows",),
+            f"{_COST}::test_break_even_iff"),
+    Theorem("BreakEven", "RidgeFill.break_even_floor",
+            ("rfmath.cost.break_even_rows",),
+            f"{_COST}::test_break_even_floor"),
+    Theorem("MatrixState", "RidgeFill.matrix_corrected_state_eq_exact",
+            ("rfmath.gating.corrected_state",),
+            f"{_GATING}::test_matrix_corrected_state_eq_exact"),
+    Theorem("MatrixState", "RidgeFill.matrix_correction_cancels_after_tail",
+            ("rfmath.gating.corrected_state",),
+            f"{_GATING}::test_matrix_correction_cancels_after_tail"),
 )

@@ -23,6 +23,7 @@ __all__ = [
     "paired_bootstrap",
     "noninferior",
     "count_matched_expected",
+    "control_size_term",
 ]
 
 _STATS = ("mean", "median")
@@ -209,3 +210,20 @@ def count_matched_expected(benefits: np.ndarray, k: int) -> float:
     if k_ > bb.size:
         raise ValueError(f"k must be <= n={bb.size} (a subset of the rows); got k={k_}.")
     return k_ / bb.size * float(bb.sum())
+
+
+def control_size_term(benefits: np.ndarray, k: int, k_control: int) -> float:
+    """What a control of a different size adds to a selection's margin, ``(k - k_control)/n *
+    sum`` (§3.3; Lean ``control_size_margin``).
+
+    A selection of k rows compared with the average random set of k_control rows has margin
+    ``margin_k + (k - k_control)/n * sum(benefits)``, margin_k its margin over random sets of
+    its own size: a term of the counts alone. benefits: ``(n,)``; 0 <= k, k_control <= n.
+    Returns a float.
+    """
+    count_matched_expected(benefits, k)  # validates benefits and k
+    bb = np.asarray(benefits, dtype=np.float64)
+    kc = _v.integer(k_control, "k_control", minimum=0)
+    if kc > bb.size:
+        raise ValueError(f"k_control must be <= n={bb.size} (a subset of the rows); got {kc}.")
+    return (int(k) - kc) / bb.size * float(bb.sum())

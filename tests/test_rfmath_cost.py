@@ -302,6 +302,36 @@ def test_break_even_rows_is_the_largest_affordable_count(tau0, sigma, gap):
     assert not affordable(e + 1, tau_exact, tau0, sigma)
 
 
+@given(
+    st.floats(0.0, 100.0), st.floats(-50.0, 200.0), st.floats(1e-2, 10.0), st.integers(-60, 30_000)
+)
+def test_break_even_iff(tau0, gap, sigma, e):
+    """Lean break_even_iff: tau0 + E sigma <= tau_exact exactly when E <= (tau_exact - tau0)/sigma
+    (exact rationals on the given floats), so exactly when E <= break_even_rows(...)."""
+    tau_exact = tau0 + gap
+    fits = affordable(e, tau_exact, tau0, sigma)
+    ratio = (Fraction(tau_exact) - Fraction(tau0)) / Fraction(sigma)
+    assert fits == (e <= ratio)
+    assert fits == (e <= break_even_rows(tau_exact, tau0, sigma))
+
+
+@given(
+    st.floats(0.0, 100.0), st.floats(-50.0, 200.0), st.floats(1e-2, 10.0), st.integers(-60, 30_000)
+)
+def test_break_even_floor(tau0, gap, sigma, e):
+    """Lean break_even_floor: the m that break_even_rows returns is the floor of
+    x = (tau_exact - tau0)/sigma (m <= x < m + 1); m rows fit, m + 1 do not, and any count that
+    fits is below m + 1."""
+    tau_exact = tau0 + gap
+    m = break_even_rows(tau_exact, tau0, sigma)
+    x = (Fraction(tau_exact) - Fraction(tau0)) / Fraction(sigma)
+    assert m <= x < m + 1
+    assert affordable(m, tau_exact, tau0, sigma)
+    assert not affordable(m + 1, tau_exact, tau0, sigma)
+    if affordable(e, tau_exact, tau0, sigma):
+        assert e < m + 1
+
+
 @pytest.mark.parametrize("k", [0, 1, 7, 1000])
 def test_break_even_rows_on_the_boundary(k):
     """Exactly on the line (binary fractions, no rounding): E = k rows break even."""

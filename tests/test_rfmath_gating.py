@@ -221,6 +221,81 @@ def test_state_weights_stable_for_long_sequences():
     assert np.allclose(w, expected, rtol=1e-9)
 
 
+@given(
+    st.integers(1, 3).flatmap(
+        lambda h: st.integers(1, 30).flatmap(
+            lambda n: st.tuples(
+                hnp.arrays(np.float64, (h, n), elements=GATE), hnp.arrays(np.bool_, (h, n))
+            )
+        )
+    )
+)
+def test_rho_mem_unit(case):
+    """Lean rho_mem_unit: for a nonempty prompt with every gate in [0, 1] (here (0, 1], what
+    filled_share accepts), the filled share of every head lies in [0, 1]."""
+    gates, filled = case
+    rho = filled_share(gates, filled)
+    assert rho.shape == gates.shape[:1]
+    assert np.all(rho >= 0.0) and np.all(rho <= 1.0)
+
+
+@st.composite
+def heads_case(draw, *, max_heads: int = 3, max_rows: int = 12, max_dim: int = 3):
+    """Per-head gates, per-head matrix updates, a filled mask and a per-head shift delta."""
+    h = draw(st.integers(1, max_heads))
+    n = draw(st.integers(1, max_rows))
+    d_k = draw(st.integers(1, max_dim))
+    d_v = draw(st.integers(1, max_dim))
+    gates = draw(hnp.arrays(np.float64, (h, n), elements=GATE))
+    updates = draw(hnp.arrays(np.float64, (h, n, d_k, d_v), elements=VALUE))
+    filled = draw(hnp.arrays(np.bool_, n))
+    delta = draw(hnp.arrays(np.float64, (h, d_k, d_v), elements=VALUE))
+    return gates, updates, filled, delta
+
+
+def run_heads(gates: np.ndarray, updates: np.ndarray, start: np.ndarray | None = None):
+    """run_recurrence head by head: gates (H, n), updates (H, n, d_k, d_v)."""
+    return np.stack([
+        run_recurrence(gates[h], updates[h], None if start is None else start[h])
+        for h in range(gates.shape[0])
+    ])
+
+
+@given(heads_case())
+def test_matrix_corrected_state_eq_exact(case):
+    """Lean matrix_corrected_state_eq_exact: matrix states, one gate and one rho per head;
+    filled rows' updates shifted by the matrix delta; state + rho (delta sum_j w_j) is the
+    exact state in every entry."""
+    gates, updates, filled, delta = case
+    exact = run_heads(gates, updates)
+    shift = filled[None, :, None, None] * delta[:, None]  # mask(filled) delta, per head
+    shifted = run_heads(gates, updates - shift)
+    total = state_weights(gates).sum(axis=-1)  # sum_j w_j per head
+    delta_M = delta * total[:, None, None]
+    rho = filled_share(gates, filled)  # one per head
+    scale = np.abs(updates).sum() + np.abs(delta).sum() * gates.size
+    assert close(corrected_state(shifted, delta_M, rho), exact, scale)
+
+
+@given(heads_case(), st.integers(0, 6), st.data())
+def test_matrix_correction_cancels_after_tail(case, m, data):
+    """Lean matrix_correction_cancels_after_tail: after m more rows (any gates and updates),
+    the correction rho (delta sum_j w_j), faded by the tail's gates, still restores the exact
+    final matrix state of every head."""
+    gates, updates, filled, delta = case
+    h, _, d_k, d_v = updates.shape
+    tail_gates = data.draw(hnp.arrays(np.float64, (h, m), elements=GATE))
+    tail_updates = data.draw(hnp.arrays(np.float64, (h, m, d_k, d_v), elements=VALUE))
+    shift = filled[None, :, None, None] * delta[:, None]
+    final_exact = run_heads(tail_gates, tail_updates, start=run_heads(gates, updates))
+    final_shifted = run_heads(tail_gates, tail_updates, start=run_heads(gates, updates - shift))
+    delta_M = delta * state_weights(gates).sum(axis=-1)[:, None, None]
+    faded = np.prod(tail_gates, axis=-1)[:, None, None] * delta_M  # gateProd tail * Delta_M
+    rho = filled_share(gates, filled)
+    scale = np.abs(updates).sum() + np.abs(tail_updates).sum() + np.abs(delta).sum() * gates.size
+    assert close(corrected_state(final_shifted, faded, rho), final_exact, scale)
+
+
 def test_filled_share_broadcasts_mask_over_heads():
     gates = np.array([[0.5, 0.5, 1.0], [1.0, 1.0, 1.0]])
     rho = filled_share(gates, np.array([True, False, False]))

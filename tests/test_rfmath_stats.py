@@ -20,6 +20,7 @@ from hypothesis.extra import numpy as hnp
 from rfmath.stats import (
     Interval,
     binomial_floor,
+    control_size_term,
     count_matched_expected,
     noninferior,
     paired_bootstrap,
@@ -44,6 +45,34 @@ def test_count_matched_expectation_is_k_over_n(case):
     assert math.isclose(expected, brute, rel_tol=1e-9, abs_tol=1e-9)
     total = benefits.sum()
     assert math.isclose(expected, k / n * total, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@given(
+    st.integers(1, 7).flatmap(
+        lambda n: st.tuples(
+            hnp.arrays(np.float64, n, elements=st.floats(-100.0, 100.0)),
+            st.integers(0, n),
+            st.integers(0, n),
+            st.floats(-500.0, 500.0),
+        )
+    )
+)
+def test_control_size_margin(case):
+    """Lean control_size_margin: a selection with benefit B, set against the average random
+    set of k' rows instead of k, gains (k - k')/n of the total on top of its count-matched
+    margin (averages by brute force over every subset)."""
+    benefits, k, k_control, selection_benefit = case
+    n = benefits.size
+
+    def average(size: int) -> float:
+        subsets = list(itertools.combinations(range(n), size))
+        return sum(benefits[list(s)].sum() for s in subsets) / len(subsets)
+
+    margin_other = selection_benefit - average(k_control)
+    margin_matched = selection_benefit - average(k)
+    term = control_size_term(benefits, k, k_control)
+    assert math.isclose(margin_other, margin_matched + term, rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(term, (k - k_control) / n * benefits.sum(), rel_tol=1e-9, abs_tol=1e-9)
 
 
 @given(st.integers(1, 100_000), st.floats(1e-4, 0.5))
@@ -170,6 +199,7 @@ def test_noninferior_on_continuous_measures_has_no_floor():
         (lambda: noninferior(np.zeros(3), np.zeros(3), 2.0, alpha=0.0), "alpha"),
         (lambda: noninferior(np.full(3, 0.5), np.zeros(3), 2.0), "accuracy"),
         (lambda: count_matched_expected(np.ones(3), 4), "k"),
+        (lambda: control_size_term(np.ones(3), 1, 4), "k_control"),
         (lambda: count_matched_expected(np.ones(0), 0), "benefits"),
         (lambda: count_matched_expected(np.array([1.0, np.nan]), 1), "benefits"),
     ],

@@ -16,8 +16,8 @@ split as `pre ++ row j :: post`.
 * `output_score_change_le` — hence the output moves by at most `2 V a_j (E - 1)` when every
   value has `|v_i| ≤ V`.
 
-Values are scalars. For vector values, apply the theorems coordinate by coordinate: the
-bound then holds in the max norm, with `V` the largest coordinate of any value.
+Values are scalars here. `AttentionVector` proves the output bound for vector values in the
+Euclidean norm, as §2.4 states it (`output_score_change_normSq_le`, with squared norms).
 
 Proof sketch for `weight_change_le`: with `Z`, `Z'` the score sums before and after and
 `R = Z - e_j`, every other row's weight moves by `e_i |1/Z' - 1/Z| = e_i e_j |f - 1| / (Z Z')`
@@ -238,8 +238,8 @@ theorem weight_change_core (R e f E : α) (hR : 0 ≤ R) (he : 0 < e) (hf : 0 < 
 
 /-- Multiplying row `j`'s score by `f > 0` changes the weights by
 `Σ_i |a'_i - a_i| ≤ 2 a_j (E - 1)`, for any `E ≥ max(f, 1/f)` (such as `E = e^|ε|`, `f = e^ε`).
-Python: rfmath.attention.logit_change_bound
-Test: tests/test_rfmath_attention.py::test_logit_change_within_bound -/
+Python: rfmath.attention.weight_change_bound
+Test: tests/test_rfmath_attention.py::test_weight_change_le -/
 theorem weight_change_le (pre post : List (AttnRow α)) (e v f E : α)
     (hpre : allOf scorePos pre) (hpost : allOf scorePos post)
     (he : 0 < e) (hf : 0 < f) (hE1 : f ≤ E) (hE2 : inv f ≤ E) :

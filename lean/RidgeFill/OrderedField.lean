@@ -46,9 +46,9 @@ class OrderedField (α : Type) extends Add α, Mul α, Neg α, Sub α, LE α, LT
 section
 variable {α : Type} [OrderedField α]
 
-instance instOfNatZero : OfNat α (nat_lit 0) := ⟨OrderedField.zero⟩
-instance instOfNatOne : OfNat α (nat_lit 1) := ⟨OrderedField.one⟩
-instance instOfNatTwo : OfNat α (nat_lit 2) := ⟨OrderedField.one + OrderedField.one⟩
+scoped instance (priority := low) instOfNatZero : OfNat α (nat_lit 0) := ⟨OrderedField.zero⟩
+scoped instance (priority := low) instOfNatOne : OfNat α (nat_lit 1) := ⟨OrderedField.one⟩
+scoped instance (priority := low) instOfNatTwo : OfNat α (nat_lit 2) := ⟨OrderedField.one + OrderedField.one⟩
 
 /-- `inv a` is the multiplicative inverse of `a` (its value at `0` is left unspecified). -/
 def inv (a : α) : α := OrderedField.inv a
