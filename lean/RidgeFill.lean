@@ -12,11 +12,13 @@ import RidgeFill.CountControl
 import RidgeFill.RhoRange
 import RidgeFill.BreakEven
 import RidgeFill.MatrixState
+import RidgeFill.NonVacuous
 
 /-!
 # RidgeFill
 
 Machine-checked statements behind RidgeFill's design (paper, Appendix H, §2.4 and §3.3), one
 module per theorem family. Shared definitions live in `OrderedField`, `Algebra`, `ListSum` and
-`Gating`. See `README.md` for what each family states and which toolchain checked it.
+`Gating`; `NonVacuous` applies every main theorem once to concrete inputs. See `README.md` for
+what each family states and which toolchain checked it.
 -/

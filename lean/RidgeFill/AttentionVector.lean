@@ -283,7 +283,8 @@ theorem outputVec_change (pre post : List (VecRow α)) (e f : α) (v : Nat → �
   show outputWith z' (atCoord c pre) + (f * e * z' * v c + outputWith z' (atCoord c post)) -
       (outputWith z (atCoord c pre) + (e * z * v c + outputWith z (atCoord c post))) =
     outputWith z' (atCoord c pre) - outputWith z (atCoord c pre) +
-      ((f * e * z' - e * z) * v c + (outputWith z' (atCoord c post) - outputWith z (atCoord c post)))
+      ((f * e * z' - e * z) * v c +
+        (outputWith z' (atCoord c post) - outputWith z (atCoord c post)))
   rw [add_sub_add_comm, add_sub_add_comm, ← sub_mul]
 
 /-- The L1 change of the weights, for vector rows: `Σ_i |a'_i - a_i| ≤ 2 a_j (E - 1)`. -/

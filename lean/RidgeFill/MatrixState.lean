@@ -53,7 +53,8 @@ def mrun (M : Nat → Nat → α) : List (MRow α) → Nat → Nat → α
 /-- The rows with every filled row's update moved from `U_j` to `U_j - δ` (`δ` a matrix). -/
 def mfillShift (δ : Nat → Nat → α) : List (MRow α) → List (MRow α)
   | [] => []
-  | r :: rs => ⟨r.gate, fun a b => r.update a b - mask r.filled (δ a b), r.filled⟩ :: mfillShift δ rs
+  | r :: rs =>
+    ⟨r.gate, fun a b => r.update a b - mask r.filled (δ a b), r.filled⟩ :: mfillShift δ rs
 
 /-- `ρ` of a head: the filled rows' share of the weight. -/
 def mrho (rows : List (MRow α)) : α := rho (gatesOf rows)

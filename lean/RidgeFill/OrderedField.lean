@@ -11,7 +11,10 @@ notation classes (`Add`, `Mul`, `Neg`, `Sub`, `LE`, `LT`), so every theorem here
 these laws and on Lean core's logic. `RatCheck.lean` instantiates it with core's `Rat`.
 
 Division is written `a * inv b`; `abs` is a field pinned down by `abs_of_nonneg` and
-`abs_of_nonpos`. The numerals `0` and `1` are the fields `zero` and `one`.
+`abs_of_nonpos`. The numerals `0`, `1` and `2` are the fields `zero`, `one` and `one + one`,
+through `OfNat` instances that are `scoped` to namespace `RidgeFill` and of low priority: they
+are active only inside `namespace RidgeFill` (every module here), and even there a type with
+numerals of its own (`Nat`, `Rat`) keeps them, so they cannot capture another type's literals.
 -/
 
 namespace RidgeFill
@@ -48,7 +51,8 @@ variable {α : Type} [OrderedField α]
 
 scoped instance (priority := low) instOfNatZero : OfNat α (nat_lit 0) := ⟨OrderedField.zero⟩
 scoped instance (priority := low) instOfNatOne : OfNat α (nat_lit 1) := ⟨OrderedField.one⟩
-scoped instance (priority := low) instOfNatTwo : OfNat α (nat_lit 2) := ⟨OrderedField.one + OrderedField.one⟩
+scoped instance (priority := low) instOfNatTwo : OfNat α (nat_lit 2) :=
+  ⟨OrderedField.one + OrderedField.one⟩
 
 /-- `inv a` is the multiplicative inverse of `a` (its value at `0` is left unspecified). -/
 def inv (a : α) : α := OrderedField.inv a

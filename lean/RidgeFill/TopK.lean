@@ -57,7 +57,8 @@ def unprotected (b : Pick α → Bool) (rows : List (Pick α)) : α :=
   sumBy (fun r => mask (not (b r)) r.score) rows
 
 /-- The ranking's threshold: kept rows score at least `t`, dropped rows at most `t`. -/
-def ranked (t : α) (r : Pick α) : Prop := (r.top = true → t ≤ r.score) ∧ (r.top = false → r.score ≤ t)
+def ranked (t : α) (r : Pick α) : Prop :=
+  (r.top = true → t ≤ r.score) ∧ (r.top = false → r.score ≤ t)
 
 theorem countBy_nil (b : Pick α → Bool) : countBy b [] = 0 := rfl
 theorem countBy_cons (b : Pick α → Bool) (r : Pick α) (rs : List (Pick α)) :
