@@ -8,31 +8,76 @@ import json
 import sys
 from pathlib import Path
 
-from .engine import FILLS
-from .select import DEFAULT_ROWS, ROWS
+import re
+from dataclasses import MISSING, fields
+
+from .core.config import PrefillConfig
+from .data.corpus import FetchError
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m",
                    help="built-in name (smollm2-135m, gemma3-270m) or a local HF model folder")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--dtype", choices=tuple(_DTYPES), default=None,
+                   help="weights' precision (default: fp32 on the CPU, bf16 on CUDA)")
+
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def _dtype(name: str | None):
+    import torch
+
+    return None if name is None else getattr(torch, _DTYPES[name])
+
+
+def flag(name: str) -> str:
+    """The CLI flag of a PrefillConfig field: ``tail`` -> ``--tail``."""
+    return "--" + name.replace("_", "-")
+
+
+def _option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of --selector-options, the value read as JSON when it parses (numbers,
+    true/false), else as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: write selector options as KEY=VALUE, "
+                                         "e.g. count=50 or complete=true")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def _prefill_args(p: argparse.ArgumentParser) -> None:
+    """One flag per PrefillConfig field, with the field's name, default and choices."""
     p.add_argument("--maps", help="map file from `ridgefill fit`")
-    p.add_argument("--split", type=int, help="split layer S (default: the maps' split)")
-    p.add_argument("--tail", type=int, default=512, help="exact tail length T (default 512)")
-    p.add_argument("--fill", choices=FILLS, default="ridge")
-    p.add_argument("--rows", choices=ROWS, default=DEFAULT_ROWS,
-                   help=f"exact prefix rows selector (default {DEFAULT_ROWS}, chosen by the "
-                        "selector study in results/selectors/)")
-    p.add_argument("--rescale", choices=("values", "keys", "none"), default="none")
-    p.add_argument("--correction", action="store_true",
-                   help="terminal-state correction on Gated DeltaNet layers")
-    p.add_argument("--precision", choices=("bf16", "int8"), default="bf16",
-                   help="which stored map to use")
-    p.add_argument("--stream-maps", action="store_true",
-                   help="convert maps one layer at a time instead of keeping them resident")
+    for f in fields(PrefillConfig):
+        meta, default = dict(f.metadata), f.default
+        assert default is not MISSING, f.name
+        if isinstance(default, bool):
+            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=default,
+                           help=meta["help"])
+        elif f.name == "selector_options":
+            p.add_argument(flag(f.name), nargs="+", type=_option, default=default,
+                           metavar="KEY=VALUE", help=meta["help"])
+        else:
+            kind = int if "int" in str(f.type) else str
+            p.add_argument(flag(f.name), type=kind, default=default, choices=meta.get("choices"),
+                           help=meta["help"] + (f" (default {default})" if default is not None else ""))
+
+
+def config_from_args(a: argparse.Namespace) -> PrefillConfig:
+    """The PrefillConfig the parsed prefill flags describe."""
+    return PrefillConfig(**{f.name: (dict(getattr(a, f.name)) if f.name == "selector_options"
+                                     else getattr(a, f.name)) for f in fields(PrefillConfig)})
+
+
+def _flags_named(message: str) -> str:
+    """A library error message with its parameter names (``tail=``) written as CLI flags."""
+    names = "|".join(f.name for f in fields(PrefillConfig))
+    return re.sub(rf"\b({names})=", lambda m: flag(m.group(1)) + " ", message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,14 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_fit(a) -> int:
-    from . import models
-    from .fit import DEFAULT_LAMBDAS, FitOptions, fit
+    from .core import models
+    from .maps.fit import DEFAULT_LAMBDAS, FitOptions, check_options, fit, rank_device
 
     opts = FitOptions(a.splits, a.out, a.calib, tuple(a.lambdas or DEFAULT_LAMBDAS),
                       a.max_tokens, a.doc_tokens)
     opts.correction = a.correction
-    loaded = models.load(a.model, device=a.device)
-    from .fit import check_options
+    loaded = models.load(a.model, device=rank_device(a.device), dtype=_dtype(a.dtype))
     check_options(opts, loaded.n_layers)
     for split, path in fit(loaded, opts).items():
         meta = json.loads(path.with_suffix(".json").read_text())
@@ -132,12 +176,11 @@ def _read_prompt(a) -> str:
 def _cmd_generate(a) -> int:
     from .api import RidgeFill
 
-    rf = RidgeFill.load(a.model, a.maps, device=a.device, precision=a.precision,
-                        resident=not a.stream_maps, split=a.split, tail=a.tail, fill=a.fill,
-                        rows=a.rows, rescale=None if a.rescale == "none" else a.rescale,
-                        correction=a.correction)
+    rf = RidgeFill.load(a.model, a.maps, config_from_args(a), device=a.device,
+                        dtype=_dtype(a.dtype))
     r = rf.generate(_read_prompt(a), a.question, chat=a.chat, max_new_tokens=a.max_new_tokens,
                     answer_prefix=a.answer_prefix)
+    r.notes = [_flags_named(n) for n in r.notes]
     if a.json:
         print(json.dumps(r.to_dict(), indent=2))
     else:
@@ -162,16 +205,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "generate":
             return _cmd_generate(a)
         if a.command == "demo":
-            from .demo import run
-            return run(a)
+            from .tools.demo import run
+            return run(a.model, a.device, a.out_dir)
         if a.command == "bench":
-            from .bench import run
+            from .tools.bench import run
             return run(a)
         if a.command == "eval":
-            from .evaluate import run
+            from .eval.harness import run
             return run(a)
-    except (ValueError, FileNotFoundError, ModuleNotFoundError) as e:
-        print(f"ridgefill {a.command}: error: {e}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, ModuleNotFoundError, FetchError) as e:
+        print(f"ridgefill {a.command}: error: {_flags_named(str(e))}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {a.command}")
     return 2

@@ -324,6 +324,12 @@ def combine(budget: int, *ranked_lists) -> np.ndarray:
     return np.array(sorted(chosen), dtype=np.int64)
 
 
+def row_budget(share: float, n_prefix: int) -> int:
+    """``floor(share * n_prefix)`` rows: the budget of a selector capped at ``share`` of the
+    prefix (issue 9's combined selector), robust to the float rounding of ``share * n``."""
+    return int(np.floor(_v.unit_share(share, "share") * _prefix(n_prefix) + 1e-9))
+
+
 def combine_units(budget: int, units, pieces: list[str] | None, n_prefix: int,
                   max_run: int = 32) -> np.ndarray:
     """Union of row units (arrays, in priority order) under one budget, each unit completed to

@@ -1,6 +1,6 @@
 """Shared helpers for the torch-backend tests: tiny seeded random Hugging Face models of each
 family (llama, qwen3, gemma3) with a byte-level tokenizer, saved once per test process to a
-temporary folder so `gpu.models.load(path)` and the CLI can read them; a tiny calibration
+temporary folder so `gpu.core.models.load(path)` and the CLI can read them; a tiny calibration
 folder; conversion of a tiny model's weights to rfmodel's TinyModel; small map objects.
 
 Everything here is an *oracle builder*, never a copy of the code under test: the references
@@ -113,8 +113,8 @@ def tiny_dir(family: str = "llama", seed: int = 0) -> Path:
 
 
 def load_tiny(family: str = "llama", seed: int = 0):
-    """``gpu.models.load`` of the saved tiny folder (on the CPU, fp32)."""
-    from gpu import models
+    """``gpu.core.models.load`` of the saved tiny folder (on the CPU, fp32)."""
+    from gpu.core import models
 
     return models.load(str(tiny_dir(family, seed)), device="cpu", dtype=torch.float32)
 
@@ -201,13 +201,14 @@ def every_row_through_late(model, ids: torch.Tensor, split: int):
     rows. Returns (logits (n, vocab), cache), to compare with the stock forward."""
     from transformers import DynamicCache
 
-    from gpu.engine import Engine
+    from gpu.core.engine import Engine
+    from gpu.core.late import every_row_exact
 
     eng = Engine(model)
     cache = DynamicCache(config=model.config)
     x_split, _ = eng.lower(ids, split, cache)
     rows = torch.arange(ids.shape[1])
-    h = eng.late(x_split, x_split, rows, rows[:0], cache, "exact", base=0, split=split)
+    h = every_row_exact(eng.adapter, split, x_split, cache)
     return eng.adapter.logits(h)[0], cache
 
 
@@ -233,9 +234,10 @@ def assert_lower_reuse_bitwise(model, maps, ids: torch.Tensor, split: int, tail:
     caches and selector inputs of a fresh engine per prefill, and runs the lower layers once
     per prompt. ``adopt``: the first prompt's pass comes from a stock forward instead
     (Engine.adopt_lower, as the exact arm hands it on), so the engine runs only the second."""
-    from gpu.engine import Engine, full_cache, layer_inputs
+    from gpu.core.cache import full_cache, layer_inputs
+    from gpu.core.engine import Engine
 
-    from gpu.plan import Plan
+    from gpu.core.plan import Plan
 
     reuse = Engine(model, maps, reuse_lower=True)
     calls = []

@@ -99,7 +99,7 @@ def test_split_outside_range_fit(capsys, split, tmp_path):
 def test_split_outside_range_generate(capsys):
     rc, _, err = generate(capsys, "--fill", "identity", "--split", "4")
     assert rc == 2
-    assert "split=4 is outside 1..3" in err and "choose a layer between" in err
+    assert "--split 4 is outside 1..3" in err and "choose a layer between" in err
 
 
 @pytest.mark.parametrize("tail", [0, -5])

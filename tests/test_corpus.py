@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu import corpus, rdata
-from gpu.corpus import (
+from gpu.data import corpus
+from gpu.data import rdata
+from gpu.data.corpus import (
     Document,
     FetchError,
     ROLES,
@@ -24,7 +25,7 @@ from gpu.corpus import (
     read_folder,
     split_documents,
 )
-from gpu.markup import wikitext_to_text
+from gpu.data.markup import wikitext_to_text
 
 # --------------------------------------------------------------------------- R serialization
 # A small independent writer of R's XDR format (version 3), to test the reader.

@@ -1,9 +1,9 @@
-"""The evaluation harness (gpu.evaluate, gpu.instruments, gpu.report) on a tiny random Llama:
+"""The evaluation harness (gpu.eval.harness, gpu.eval.instruments, gpu.eval.report) on a tiny random Llama:
 the filled-region filter, the novel / key token masks as wired, the scorers, the paired
 intervals on known data, resume after an interruption, and the miniature eval end to end.
 
 One module fixture runs ``ridgefill eval mini`` (tiny model, synthetic texts, maps fitted
-with gpu.fit); the other tests reuse its model and maps.
+with gpu.maps.fit); the other tests reuse its model and maps.
 """
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import evaluate as ev
-from gpu import instruments as ins
-from gpu import models, report, tasks
-from gpu.journal import Journal
-from gpu.masks import key_token_mask, novel_token_mask
-from gpu.minimodel import SyntheticTexts
+from gpu.eval import harness as ev
+from gpu.eval import instruments as ins
+from gpu.core import models
+from gpu.eval import report
+from gpu.eval import tasks
+from gpu.eval.journal import Journal
+from gpu.eval.loss_masks import key_token_mask, novel_token_mask
+from gpu.eval.minimodel import SyntheticTexts
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +36,7 @@ def mini(tmp_path_factory):
     assert main(["eval", "mini", "--out-dir", str(out), "--quiet"]) == 0
     root = out / "tiny-llama"
     loaded = models.load(str(root), device="cpu", dtype=torch.float32)
-    from gpu.mapfile import load_maps
+    from gpu.maps.files import load_maps
 
     maps = {}
     for p in sorted((root / "maps").glob("*.safetensors")):
@@ -135,7 +137,7 @@ def test_loss_masks_and_scorer_wiring(mini, tmp_path):
     ev.run_docs(sess, j, [u], arms, cfg, "fp", progress=False)
     recs = {r["arm"]: r for r in j.records()}
     ids, start = u.prompt.ids, u.start
-    # novel tokens: the mask of gpu.masks over the scored stretch
+    # novel tokens: the mask of gpu.eval.loss_masks over the scored stretch
     assert recs["exact"]["novel"] == novel_token_mask(ids[0], start).astype(int).tolist()
     # the scorer: exact NLL equals a plain full forward's
     with torch.inference_mode():
@@ -353,7 +355,7 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
 def test_whole_grid_on_a_sliding_window_model(tmp_path):
     """The study's arms on a tiny Gemma-3 whose window (32) is shorter than the tail: the
     splices read rows the stock cache of a sliding-window layer no longer holds."""
-    from gpu import minimodel
+    from gpu.eval import minimodel
 
     torch.set_num_threads(1)
     path = minimodel.build(tmp_path / "tiny-gemma3", family="gemma3")
@@ -374,7 +376,7 @@ def test_whole_grid_on_a_sliding_window_model(tmp_path):
 
 
 def test_custom_arms_for_a_selector_study(mini, tmp_path):
-    """Issue 9 reuses the harness with its own selectors: any gpu.select name with options,
+    """Issue 9 reuses the harness with its own selectors: any gpu.core.select name with options,
     each followed by controls that name it in ``of``."""
     loaded, maps = mini["loaded"], mini["maps"]
     cfg = small_cfg(loaded, instruments=("needle",))

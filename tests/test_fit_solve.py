@@ -1,4 +1,4 @@
-"""Fitting maps (gpu.fit) on a tiny random llama saved as a local HF folder and a small
+"""Fitting maps (gpu.maps.fit) on a tiny random llama saved as a local HF folder and a small
 calibration folder: the kept moments solve to exactly rfmath.ridge.solve on the captured rows,
 the map file holds those maps, and a document with non-finite activations is skipped with a
 warning, recorded, and the fit goes on (issues 4 and 7).
@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import cli, corpus, models
-from gpu.fit import FitOptions, fit, moments_path
-from gpu.mapfile import load_maps
+from gpu import cli
+from gpu.data import corpus
+from gpu.core import models
+from gpu.maps.fit import FitOptions, fit, moments_path
+from gpu.maps.files import load_maps
 from gpu_fixtures import byte_tokenizer, calib_dir, scratch, tiny_dir, tiny_model
 from rfmath.ridge import solve
 from rfmodel.ridge import RidgeMoments

@@ -11,11 +11,11 @@ import warnings
 import pytest
 import torch
 
-from gpu import models
+from gpu.core import models
 from gpu.api import RidgeFill
-from gpu.engine import Engine
-from gpu.mapfile import load_maps, save_maps
-from gpu.plan import Plan
+from gpu.core.engine import Engine
+from gpu.maps.files import load_maps, save_maps
+from gpu.core.plan import Plan
 from gpu_fixtures import LAYERS, byte_tokenizer, random_maps, tiny_model, token_ids
 
 N, S, T, NEW = 40, 1, 8, 6
@@ -49,7 +49,7 @@ def test_generate_continues_from_ridgefill_cache(loaded, tmp_path):
     path = save_maps(tmp_path / "m.safetensors", random_maps(S, seed=3),
                      {"split": S, "fingerprint": "x", "d_in": 32, "d_out": 32})
     maps = load_maps(path, precision="bf16")
-    rf = RidgeFill(loaded, maps, fill="ridge", tail=T)
+    rf = RidgeFill(loaded, maps, fill="ridge", tail=T, rows="none")
     cache = rf.cache(ids)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -17,11 +17,12 @@ from transformers import AutoModelForCausalLM, DynamicCache, Qwen3_5TextConfig, 
 
 from gpu.api import RidgeFill
 from gpu.cli import build_parser
-from gpu.engine import Engine
-from gpu.fit import FitOptions, documents, fit
-from gpu.mapfile import load_maps
-from gpu.models import Loaded
-from gpu.plan import Plan
+from gpu.core.engine import Engine
+from gpu.core.late import every_row_exact
+from gpu.maps.fit import FitOptions, documents, fit
+from gpu.maps.files import load_maps
+from gpu.core.models import Loaded
+from gpu.core.plan import Plan
 from gpu_fixtures import (DenseMaps, assert_lower_reuse_bitwise, byte_tokenizer, calib_dir,
                           every_row_through_late, tiny_model)
 from rfmath.gating import filled_share
@@ -236,7 +237,7 @@ def test_decoding_after_engine_prefill(family_model):
     cache = DynamicCache(config=model.config)
     x_split, _ = eng.lower(ids, 1, cache)
     rows = torch.arange(N)
-    h = eng.late(x_split, x_split, rows, rows[:0], cache, "exact", base=0, split=1)
+    h = every_row_exact(eng.adapter, 1, x_split, cache)
     toks, logits = greedy(cache, eng.adapter.logits(h)[0, -1])
     assert toks == ref_toks
     assert torch.equal(logits, ref_logits), family
@@ -359,14 +360,14 @@ def test_correction_errors(tmp_path):
     no_delta.delta_M = {}  # maps fitted without --correction
     with pytest.raises(ValueError, match="refit the maps with `ridgefill fit --correction`"):
         RidgeFill(hybrid, no_delta, tail=8, correction=True)
-    with pytest.raises(ValueError, match="--fill identity"):
+    with pytest.raises(ValueError, match="fill='identity'"):
         RidgeFill(hybrid, None, split=1, fill="identity", tail=8, correction=True)
     with pytest.raises(ValueError, match="refit the maps"):
         Engine(hybrid.model, no_delta).prefill(ids_for(20, 0), Plan(20, 1, 4, L), "ridge",
                                                correction=True)
     llama = _loaded(tiny_model("llama"), "tiny-llama", tmp_path)
     with pytest.raises(ValueError, match="has none"):
-        RidgeFill(llama, None, split=1, fill="identity", tail=8, correction=True)
+        RidgeFill(llama, None, split=1, fill="none", tail=8, correction=True)
     with pytest.raises(ValueError, match="has none above split 1"):
         fit(llama, FitOptions([1], tmp_path / "m.safetensors", str(tmp_path), correction=True))
     a = build_parser().parse_args(["fit", "--splits", "1", "--out", "m.st", "--correction"])

@@ -1,4 +1,4 @@
-"""Map files (gpu.mapfile): round trip, int8 / bf16 predictions within their quantization
+"""Map files (gpu.maps.files): round trip, int8 / bf16 predictions within their quantization
 bounds, resident vs streaming maps, and the int8 arithmetic against rfmodel.maps.
 
 Oracles: float64 products ``x @ A.T + b`` of the float maps that were saved, the closed-form
@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from gpu.engine import Engine
-from gpu.mapfile import FORMAT, GROUP, dequantize, load_maps, save_maps
-from gpu.plan import Plan
+from gpu.core.engine import Engine
+from gpu.maps.files import FORMAT, GROUP, dequantize, load_maps, save_maps
+from gpu.core.plan import Plan
 from gpu_fixtures import LAYERS, random_maps, tiny_model, token_ids
 from rfmodel.maps import dequantize_int8, round_bf16
 

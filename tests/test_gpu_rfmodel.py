@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpu.engine import Engine
-from gpu.plan import Plan
+from gpu.core.engine import Engine
+from gpu.core.plan import Plan
 from gpu_fixtures import DenseMaps, HIDDEN, LAYERS, random_maps, tiny_model, to_tiny_model, token_ids
 
 RTOL = 1e-4

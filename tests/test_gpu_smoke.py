@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import corpus, models, tasks
+from gpu.data import corpus
+from gpu.core import models
+from gpu.eval import tasks
 from gpu.api import RidgeFill
-from gpu.fit import FitOptions, fit
-from gpu.mapfile import load_maps
+from gpu.maps.fit import FitOptions, fit
+from gpu.maps.files import load_maps
 
 
 @pytest.fixture(scope="module")

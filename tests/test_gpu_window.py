@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpu.engine import Engine
-from gpu.plan import Plan
+from gpu.core.engine import Engine
+from gpu.core.plan import Plan
 from gpu_fixtures import LAYERS, WINDOW, DenseMaps, random_maps, tiny_model, token_ids
 
 N, S, T = 40, 1, 8
@@ -114,7 +114,7 @@ def test_decoding_continues_the_prefill(gemma, fill):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from gpu.engine import masked_attention  # noqa: E402
+from gpu.core.attention import masked_attention  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)

@@ -218,3 +218,16 @@ def test_combine_respects_budget_and_priority(budget, lists):
 def test_selectors_bad_arguments_raise(call, arg):
     with pytest.raises(ValueError, match=arg):
         call()
+
+
+@given(share=st.floats(0, 1), n=st.integers(0, 5000))
+def test_row_budget_is_the_floor_of_the_share(share, n):
+    from fractions import Fraction
+
+    from rfmodel.selectors import row_budget
+
+    got = row_budget(share, n)
+    exact = Fraction(share) * n
+    assert 0 <= got <= n
+    # floor(share * n), allowing the 1e-9 guard against float rounding just below an integer
+    assert got == int(exact) or (got == int(exact) + 1 and int(exact) + 1 - exact <= Fraction(1, 10**9))

@@ -1,6 +1,6 @@
 """Property tests of the exact-row selectors on a tiny random Llama (issue 9): budgets
 respected, spans complete (no digit run half selected), seeds reproducible, question-blind
-really blind, and the combined selector (gpu.select.CombinedRows) within its cap.
+really blind, and the combined selector (gpu.core.select.CombinedRows) within its cap.
 
 Each selector runs inside ``Engine.prefill`` (identity fill, no maps needed) on prompts of a
 byte-level tokenizer, where every digit is its own row, so a half-selected number shows.
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import prompt as prompts
-from gpu import select
-from gpu.engine import Engine
-from gpu.plan import Plan
+from gpu.core import prompt as prompts
+from gpu.core import select
+from gpu.core.engine import Engine
+from gpu.core.plan import Plan
 from rfmodel import selectors as rs
 
 from gpu_fixtures import VOCAB, byte_tokenizer, load_tiny

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpu import prompt as prompts
-from gpu import select
-from gpu.engine import Engine
-from gpu.plan import Plan
+from gpu.core import prompt as prompts
+from gpu.core import select
+from gpu.core.engine import Engine
+from gpu.core.plan import Plan
 
 from gpu_fixtures import byte_tokenizer, tiny_model
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.tasks import (
+from gpu.eval.tasks import (
     TASKS,
     Needle,
     NeedleSample,
@@ -275,7 +275,7 @@ def test_score_is_ruler_fraction(answer, expected):
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=400), st.integers(0, 40), st.integers(0, 500))
 def test_largest_fitting_matches_linear_scan(costs, base, budget):
-    from gpu.tasks import _largest_fitting
+    from gpu.eval.tasks import _largest_fitting
 
     prefix = [base]
     for c in costs:

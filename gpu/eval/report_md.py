@@ -1,5 +1,5 @@
 """The evaluation report as markdown and PNG plots (matplotlib, Agg), from the dict that
-gpu.report.aggregate builds."""
+gpu.eval.report.aggregate builds."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,23 +1,23 @@
 """``ridgefill eval``: the evaluation harness and the reference study (paper sections 3, 6).
 
-Instruments (gpu.instruments): filled-region needle retrieval (RULER-style tasks, only the
+Instruments (gpu.eval.instruments): filled-region needle retrieval (RULER-style tasks, only the
 samples whose needles all lie in the prefix, one fixed sample set per model shared by every
 arm), long-document loss (per-document Delta NLL against exact on novel and key tokens of
 the same final stretch inside every arm's tail), agreement (greedy agreement and
 KL(exact || arm) over exact's greedy continuation, fed one token at a time), splices (exact
 keys / values / both) and, beside every selected-rows arm, its controls (count-matched
 random rows, the same count added to the tail, the question hidden from the selector).
-Intervals and the report: gpu.report.
+Intervals and the report: gpu.eval.report.
 
 Cost: a needle sample's arms share work that does not change what they measure. The exact
 arm's stock forward hands its first layers to every split's engine (Engine.adopt_lower), the
 arms at one split share that lower-layer pass, and all answers decode greedily as one batch
-(gpu.batch_decode), each up to RULER's 128 new tokens, the end token, or the point where it
+(gpu.eval.batch_decode), each up to RULER's 128 new tokens, the end token, or the point where it
 holds every expected value.
 
 Every measurement is appended to ``<out>/<model>/records.jsonl`` as it finishes
-(gpu.journal); a rerun skips what is there and only aggregates again; a stopped run still
-writes its partial report. Maps are fitted once with gpu.fit on the built-in calibration set
+(gpu.eval.journal); a rerun skips what is there and only aggregates again; a stopped run still
+writes its partial report. Maps are fitted once with gpu.maps.fit on the built-in calibration set
 and cached under ``<out>/<model>/maps``.
 
 ``ridgefill eval study`` runs the grid of issue 5 (``make eval``); ``ridgefill eval mini``
@@ -39,12 +39,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import corpus, instruments as ins, models
-from . import prompt as prompts
+from ..data import corpus
+from . import instruments as ins
+from ..core import models
+from ..core import prompt as prompts
 from . import tasks
 from .instruments import Arm, Session
 from .journal import Journal
-from .masks import novel_token_mask
+from .loss_masks import novel_token_mask
 
 SPLICES = ("keys", "values", "both")
 
@@ -352,9 +354,9 @@ def greedy_or_empty(engine, pre, steps: int):
 # ----------------------------------------------------------------------------- maps
 def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
                 progress: bool = True, **fit_kw) -> dict[int, object]:
-    """Maps for every split of ``cfg``: fitted once with gpu.fit, cached in ``root/maps``."""
-    from .fit import FitOptions, fit, output_path
-    from .mapfile import load_maps
+    """Maps for every split of ``cfg``: fitted once with gpu.maps.fit, cached in ``root/maps``."""
+    from ..maps.fit import FitOptions, fit, output_path
+    from ..maps.files import load_maps
 
     mdir = root / "maps"
     mdir.mkdir(parents=True, exist_ok=True)
@@ -362,29 +364,39 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     out = mdir / f"maps-{_sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}.safetensors"
     splits = sorted(cfg.splits)
     paths = {s: output_path(out, s, len(splits)) for s in splits}
+    if not all(p.is_file() for p in paths.values()):
+        opts = FitOptions(splits, out, calib, max_tokens=cfg.calib_tokens, seed=cfg.seed, **fit_kw)
+        fit(loaded, opts, progress=progress)
     maps = {}
-    for attempt in range(2):
+    for s, p in paths.items():
         try:
-            for s, p in paths.items():
-                maps[s] = load_maps(p, fingerprint=loaded.fingerprint(), split=s,
-                                    dtype=loaded.model.dtype, device=loaded.model.device)
-            return maps
-        except (FileNotFoundError, ValueError):
-            if attempt:
-                raise
-            opts = FitOptions(splits, out, calib, max_tokens=cfg.calib_tokens, seed=cfg.seed,
-                              **fit_kw)
-            fit(loaded, opts, progress=progress)
+            maps[s] = load_maps(p, loaded.model, split=s)
+        except ValueError as e:  # never refit silently over a file that is there
+            raise ValueError(f"{e}. The harness caches maps in {mdir}: delete {p} to refit "
+                             "them") from None
     return maps
 
 
 # ----------------------------------------------------------------------------- one model
+def record_identity(model) -> str:
+    """What the journals' record keys hold of the model: a hash of its config and first 64
+    embedding rows at fp32 (the study runs fp32 on the CPU). Kept as the committed journals
+    were keyed; map files use gpu.core.models.fingerprint, which ignores the load dtype."""
+    cfg = {k: v for k, v in sorted(model.config.to_dict().items())
+           if k not in ("_name_or_path", "dtype", "torch_dtype", "transformers_version",
+                        "quantization_config", "_attn_implementation_autoset")}
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    emb = model.get_input_embeddings().weight.detach().float()
+    h.update(emb[:64].contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                    command: str = "", progress: bool = True, fit_kw: dict | None = None,
                    calib: str = "builtin", preset: EvalConfig | None = None,
                    arms: list[Arm] | None = None) -> dict:
     """Run (or resume) one model's grid and write its report; returns the report dict.
-    ``arms`` replaces the study's arms (a selector study: any gpu.select selector with its
+    ``arms`` replaces the study's arms (a selector study: any gpu.core.select selector with its
     options, each followed by controls whose ``of`` names it)."""
     started = time.time()
     root = out_dir / loaded.name
@@ -392,7 +404,7 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     journal = Journal(root / "records.jsonl")
     if maps is None:
         maps = ensure_maps(loaded, cfg, root, calib, progress, **(fit_kw or {}))
-    fingerprint = _sig(loaded.fingerprint(), {s: m.meta.get("lambda") for s, m in maps.items()},
+    fingerprint = _sig(record_identity(loaded.model), {s: m.meta.get("lambda") for s, m in maps.items()},
                        cfg.chat, cfg.answer_prefix)
     arms = arms if arms is not None else study_arms(cfg, loaded.n_layers)
     sess = Session(loaded, maps, lower_splits={a.split for a in arms if a.split is not None})
@@ -430,7 +442,7 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
 
 def _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerprint, stats,
             texts, command, preset) -> dict:
-    """The report of what the journal holds for this grid (gpu.report)."""
+    """The report of what the journal holds for this grid (gpu.eval.report)."""
     from . import report
 
     keys_now = {_key(u, a, [fingerprint, u.max_new_tokens]) for u in needles for a in arms}
@@ -440,7 +452,7 @@ def _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerp
     records = [r for r in journal.records() if r["key"] in keys_now or r["instrument"] == "session"]
     meta = {"model": loaded.name, "n_layers": loaded.n_layers, "config": cfg.to_dict(),
             "arms": [{**a.spec(), "label": a.label} for a in arms], "texts": texts.name,
-            "sample_sets": stats, "command": command, "fingerprint": loaded.fingerprint(),
+            "sample_sets": stats, "command": command, "fingerprint": record_identity(loaded.model),
             "qk_norm": hasattr(sess.engine(None).adapter.attn(0), "q_norm"),
             "maps": {str(s): {"lambda": m.meta.get("lambda"),
                               "calibration_rows": m.meta.get("calibration", {}).get("rows")}
@@ -455,7 +467,7 @@ def _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerp
 
 # ----------------------------------------------------------------------------- mini
 def run_mini(out_dir: Path, progress: bool = True, device: str | None = "cpu") -> dict:
-    """Every instrument once on a tiny random Llama (see gpu.minimodel), fp32."""
+    """Every instrument once on a tiny random Llama (see gpu.eval.minimodel), fp32."""
     from . import minimodel
 
     root = out_dir

@@ -16,7 +16,7 @@ import numpy as np
 from rfmath.stats import binomial_floor, noninferior, paired_bootstrap
 from rfmodel.atomic import write_json, write_text
 
-from .masks import key_token_mask
+from .loss_masks import key_token_mask
 
 RESAMPLES = 10_000
 MARGIN_EXACT, MARGIN_POP = 2.0, 3.0   # points, fixed in advance (paper 3.4)

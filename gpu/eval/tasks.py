@@ -18,7 +18,7 @@ boundary at a depth drawn (without replacement) from 40 evenly spaced depths 0-1
 haystack is sized with the caller's tokenizer so the prompt has at most ``length`` tokens
 (and as many as fit). The question ends the prompt. RULER's niah_single_1 uses a repeated
 filler sentence as its haystack; here every task takes the installed text it is given
-(``gpu.corpus.haystack_text``), and :data:`REPEAT_HAYSTACK` is there for RULER's variant.
+(``gpu.data.corpus.haystack_text``), and :data:`REPEAT_HAYSTACK` is there for RULER's variant.
 
 Chat templates are the caller's business: a sample carries the plain prompt, the
 question (also the prompt's last line) and RULER's answer prefix separately.
@@ -275,7 +275,7 @@ def make_sample(task: str, length: int, seed: int, haystack: str,
     lo, hi = _largest_fitting(n_tokens, budget, len(words))
     if hi is None and n_tokens(lo) < 0.9 * budget:
         raise ValueError(f"haystack too short: {len(words)} words make {n_tokens(lo)} tokens, "
-                         f"need about {budget}; pass more text (gpu.corpus.haystack_text)")
+                         f"need about {budget}; pass more text (gpu.data.corpus.haystack_text)")
     prompt, spans = build(lo)
     n_tok = count(prompt)
     queried_keys = set(queried_idx)

@@ -7,22 +7,23 @@ the plan, x_S and the lower layers' cache; it returns the exact prefix rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from rfmodel import selectors as rs
 
-from .engine import Selection as Context
-from .engine import _attention_probs
+from . import late
+from .attention import attention_probs
+from .config import ROWS
 from .plan import Plan
 from .prompt import Prompt
 
+if TYPE_CHECKING:
+    from .engine import Selection as Context
+
 REFERENCE_LAYERS = (3, 7, 11, 15)
-ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
-# chosen by measurement (issue 9): top of gpu.selector_study's stated ranking on both built-in
-# models, results/selectors/<model>/summary.md
-DEFAULT_ROWS = "lexical"
 
 
 def lower_layers(split: int) -> list[int]:
@@ -42,13 +43,14 @@ def keep_lower(prompt: Prompt, plan: Plan, window: int, blind: bool) -> dict[int
     return {l: query_window(prompt, window, blind) for l in range(plan.split)}
 
 
-def lower_received(ctx: Context, rows: slice, layers: list[int]) -> np.ndarray:
+def lower_received(ctx: Context, rows: slice, layers: list[int],
+                   required: bool = True) -> np.ndarray | None:
     """Attention each row receives from the query ``rows`` in the chosen lower layers,
     summed over heads (paper 2.4, reference selector). Gated DeltaNet layers (hybrids) have
     no attention to read, and sliding-window layers (gemma3) neither reach the prefix from the
     last rows nor keep the keys they dropped: both are left out, and when none of ``layers``
-    remains the global attention layer just below the split is read instead (all zeros when
-    there is none)."""
+    remains the global attention layer just below the split is read instead. When there is
+    none: a ValueError, or None when the ranking is not ``required`` (the probe's budget)."""
     ad = ctx.engine.adapter
     device = ctx.x_split.device
     total = torch.zeros(ctx.plan.n, dtype=torch.float32)
@@ -57,6 +59,13 @@ def lower_received(ctx: Context, rows: slice, layers: list[int]) -> np.ndarray:
     if not usable:
         below = [l for l in range(ctx.plan.split) if ad.layer_info(l).kind == "attention"]
         usable = below[-1:]
+    if not usable and not required:
+        return None
+    if not usable:
+        raise ValueError(
+            f"the attention ranking reads lower-layer attention, but no global attention layer "
+            f"lies below split {ctx.plan.split} (its layers are sliding-window or Gated "
+            "DeltaNet): choose rows='lexical' or 'none', or a deeper split")
     for layer in usable:
         h = ctx.kept[layer]
         cos, sin = ad.rope(h, pos[None], layer)
@@ -67,7 +76,7 @@ def lower_received(ctx: Context, rows: slice, layers: list[int]) -> np.ndarray:
         info = ad.layer_info(layer)
         if info.window is not None:
             allowed &= key_pos[None, :] > pos[:, None] - info.window
-        total += _attention_probs(q, k, allowed, ad.scaling(layer)).sum(dim=(0, 1, 2)).float().cpu()
+        total += attention_probs(q, k, allowed, ad.scaling(layer)).sum(dim=(0, 1, 2)).float().cpu()
     return total.numpy().astype(np.float64)
 
 
@@ -171,8 +180,10 @@ class ProbeRows(Selector):
         unigram = getattr(ctx.engine.maps, "unigram", None)
         protected = (rs.protected_rows(p.pieces, p.ids[0].numpy(), unigram, n_p, 0.5)
                      if unigram is not None else np.zeros(0, np.int64))
-        lower = rs.attention_ranked(lower_received(ctx, query_window(p, self.window, self.blind),
-                                                   lower_layers(ctx.plan.split)), n_p, 0.20)
+        received = lower_received(ctx, query_window(p, self.window, self.blind),
+                                  lower_layers(ctx.plan.split), required=False)
+        lower = (np.zeros(0, np.int64) if received is None  # no attention layer below the split
+                 else rs.attention_ranked(received, n_p, 0.20))
         return rs.probe_budget(n_p, protected, rs.digit_rows(p.pieces, n_p), lower, self.factor)
 
     def late_received(self, ctx) -> np.ndarray:
@@ -183,10 +194,11 @@ class ProbeRows(Selector):
         if end <= n_p:  # blind, question longer than the tail: no probe row before it
             return received.cpu().numpy().astype(np.float64)
         probe = torch.arange(max(end - self.probe_window, n_p), end, device=device)
-        ctx.engine.late(ctx.x_split, ctx.x_split[:, probe], probe,
-                        torch.arange(n_p, device=device), None,
-                        ctx.fill if ctx.fill != "none" else "ridge", base=0, split=ctx.plan.split,
-                        received=received)
+        sweep = late.Late(ctx.engine.adapter, ctx.engine.predict_input, ctx.plan.split, ctx.x_split,
+                          probe, torch.arange(n_p, device=device), None,
+                          "identity" if ctx.fill == "identity" else "ridge",
+                          tail_start=int(probe.min()), received=received)
+        late.run(sweep, ctx.x_split[:, probe])
         return received.cpu().numpy().astype(np.float64)
 
     def rows(self, ctx):
@@ -290,7 +302,7 @@ class CombinedRows(Selector):
 
     def rows(self, ctx):
         n_p = ctx.plan.n_prefix
-        budget = int(np.floor(rs._v.unit_share(self.cap, "cap") * n_p + 1e-9))
+        budget = rs.row_budget(self.cap, n_p)
         if budget == 0:
             return np.zeros(0, np.int64)
         units = self.units(ctx, self.scores(ctx))

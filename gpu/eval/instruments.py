@@ -2,7 +2,7 @@
 
 An :class:`Arm` says how the late layers treat the prefix (paper Table 3: exact, no fill,
 identity, RidgeFill; POP native is the identity fill at POP's own split with a one-token
-tail), which exact prefix rows it keeps (a selector of gpu.select, or a control
+tail), which exact prefix rows it keeps (a selector of gpu.core.select, or a control
 count-matched to another arm's selection: random rows, or the same count added to the
 tail), and whether a splice replaces the filled keys / values with exact ones.
 
@@ -25,14 +25,15 @@ import torch.nn.functional as F
 
 from rfmath import cost
 
-from . import select
+from ..core import select
 from .batch_decode import Batch
-from .engine import Engine, Feeder, Prefill, full_cache, layer_inputs
-from .plan import Plan
-from .prompt import Prompt
+from ..core.cache import full_cache, layer_inputs
+from ..core.engine import Engine, Feeder, Prefill
+from ..core.config import PrefillConfig
+from ..core.prompt import Prompt
 
 try:  # the cost-model view of a HF config (optional: only the MAC shares need it)
-    from .archspec import arch_of
+    from ..core.archspec import arch_of
 except ImportError:  # pragma: no cover
     arch_of = None
 
@@ -48,7 +49,7 @@ class Arm:
     fill: str                      # exact | ridge | identity | none
     split: int | None = None
     tail: int = 0
-    rows: str = "none"             # a gpu.select name (attention, probe, ...): exact rows
+    rows: str = "none"             # a gpu.core.select name (attention, probe, ...): exact rows
     blind: bool = False            # selector does not see the question (control, paper 6.5)
     control: str | None = None     # random | tail: count-matched to the selection of ``of``
     of: str | None = None
@@ -60,6 +61,16 @@ class Arm:
     def selects(self) -> bool:
         """True for an arm whose own selector picks exact rows (controls copy a count)."""
         return self.rows != "none" and self.control is None
+
+    def config(self, tail: int | None = None, blind: bool = False) -> PrefillConfig:
+        """This arm's prefill configuration (``tail`` overrides the arm's; ``blind`` hides the
+        question from the selector). Controls pass their own selector to the engine."""
+        rows = "none" if self.control is not None else self.rows
+        options = dict(self.options)
+        if rows != "none" and (self.blind or blind):
+            options["blind"] = True
+        return PrefillConfig(split=self.split, tail=self.tail if tail is None else tail,
+                             fill=self.fill, rows=rows, selector_options=options)
 
     def spec(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "label"}
@@ -73,7 +84,7 @@ class Session:
     """A loaded model with one engine per split (maps where fitted) and its cost model.
 
     ``reuse_lower``: arms at one split share a prompt's lower-layer pass (bitwise the same
-    results; see gpu.engine.Engine). Switch it off to time prefills.
+    results; see gpu.core.engine.Engine). Switch it off to time prefills.
     """
 
     def __init__(self, loaded, maps: dict[int, object], reuse_lower: bool = True,
@@ -117,17 +128,12 @@ class Session:
         if arm.fill == "exact":
             return self.exact(prompt.ids, keep)
         T = (tail if tail is not None else arm.tail) + (count if arm.control == "tail" else 0)
-        plan = Plan(prompt.n, arm.split, T, self.loaded.n_layers)
         selector = None
         if arm.control == "random":
             selector = select.RandomRows(count=count, seed=seed % 2 ** 32)
-        elif arm.control is None and arm.rows != "none":
-            selector = select.make(arm.rows, blind=arm.blind or window_blind, **dict(arm.options))
-        if selector is not None and plan.n_prefix < 2:
-            selector = None  # nothing to select from (the API does the same)
-        return self.engine(arm.split).prefill(
-            prompt.ids, plan, arm.fill, selector=selector, prompt=prompt, splice=arm.splice,
-            exact_cache=exact_cache if arm.splice else None, logits_rows=keep)
+        return self.engine(arm.split).run(
+            prompt.ids, arm.config(T, window_blind), prompt=prompt, selector=selector,
+            splice=arm.splice, exact_cache=exact_cache if arm.splice else None, logits_rows=keep)
 
     def macs_share(self, arm: Arm, pre: Prefill, n: int) -> float | None:
         """Multiply-accumulates of this prefill over exact prefill's (paper 2.5)."""
@@ -187,7 +193,7 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
             seed: int = 0) -> list[dict]:
     """Answer one needle prompt under each of ``arms`` (in order); RULER's score and what
     each plan kept exact. Every arm prefills, then the answers decode greedily together
-    (gpu.batch_decode; an arm whose cache does not batch, a hybrid's, decodes alone).
+    (gpu.eval.batch_decode; an arm whose cache does not batch, a hybrid's, decodes alone).
     An answer stops at the end token, after ``max_new_tokens`` or once it holds every
     expected value (RULER's score cannot change after that). ``counts``: the selection size
     of each arm already measured, which its controls copy; updated here."""

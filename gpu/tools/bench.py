@@ -22,11 +22,12 @@ import torch
 from rfmath.cost import break_even_rows, exact_row_cost, exact_share, speedup_ceiling
 from rfmodel.atomic import atomic_path, write_json
 
-from . import corpus, models
-from .api import RidgeFill
-from .archspec import arch_of
-from .mapfile import MapSet, load_maps
-from .select import RandomRows
+from ..data import corpus
+from ..core import models
+from ..core.archspec import arch_of
+from ..maps.files import MapSet, load_maps
+from ..core.config import PrefillConfig
+from ..core.engine import Engine
 
 SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
@@ -78,7 +79,7 @@ def fitted_or_shaped_maps(loaded: models.Loaded, split: int) -> tuple[MapSet, st
     path = models.cache_dir() / "maps" / f"{loaded.name}-s{split}.safetensors"
     kw = dict(dtype=loaded.model.dtype, device=loaded.model.device)
     if path.exists() and loaded.tokenizer is not None:
-        return load_maps(path, fingerprint=loaded.fingerprint(), split=split, **kw), str(path)
+        return load_maps(path, loaded.model, split=split), str(path)
     d = loaded.model.config.hidden_size
     g = torch.Generator().manual_seed(0)
     tensors = {}
@@ -121,20 +122,18 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     loaded.name = name
     arch = arch_of(loaded.model.config)
     L = loaded.n_layers
-    exact = RidgeFill(loaded, None, fill="exact", tail=tail)
-    rf = RidgeFill(loaded, maps, tail=tail)
+    engine = Engine(loaded.model, maps)
     out = []
     for n in lengths or default_lengths:
         ids = prompt_ids(loaded, n)
-        plan = rf.plan(n)
-        e1 = int(ROW_SHARE * plan.n_prefix)
-        rows = RandomRows(count=e1, seed=0)
-        arms = {
-            "exact": lambda: exact.engine.prefill(ids, None, "exact", logits_rows=1),
-            "ridgefill": lambda: rf.engine.prefill(ids, plan, "ridge", logits_rows=1),
-            "ridgefill+rows": lambda: rf.engine.prefill(ids, plan, "ridge", logits_rows=1,
-                                                        selector=rows, prompt=None),
+        e1 = int(ROW_SHARE * max(n - tail, 0))
+        configs = {  # random rows: timing of E exact rows whatever picks them (Appendix H)
+            "exact": PrefillConfig(fill="exact"),
+            "ridgefill": PrefillConfig(split=split, tail=tail, rows="none"),
+            "ridgefill+rows": PrefillConfig(split=split, tail=tail, rows="random",
+                                            selector_options={"count": max(e1, 1), "seed": 0}),
         }
+        arms = {k: (lambda c=c: engine.run(ids, c)) for k, c in configs.items()}
         for fn in arms.values():                 # one warm-up each
             fn()
         times = {k: [] for k in arms}

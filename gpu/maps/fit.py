@@ -28,10 +28,10 @@ from transformers import DynamicCache
 from rfmodel.atomic import atomic_path, write_json
 from rfmodel.ridge import RidgeMoments
 
-from . import corpus
-from .engine import Engine
-from .mapfile import save_maps
-from .models import Loaded
+from ..data import corpus
+from ..core.engine import Engine
+from .files import save_maps
+from ..core.models import Loaded
 
 DEFAULT_LAMBDAS = tuple(float(x) for x in np.logspace(-4, 0, 9))
 
@@ -128,12 +128,24 @@ class Checkpoint:
                          log=np.array(json.dumps(log)), **arrays)
 
 
-def _dist():
+def rank_device(device: str | torch.device | None) -> torch.device:
+    """The device of this rank: under torchrun on CUDA, ``cuda:LOCAL_RANK`` (one GPU per
+    process, as nccl requires); otherwise ``device`` (default: CUDA when present)."""
+    device = torch.device(device) if device is not None else (
+        torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+    if device.type == "cuda" and "LOCAL_RANK" in os.environ and device.index is None:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    return device
+
+
+def _dist(device: torch.device):
+    """torch.distributed under torchrun (nccl for a CUDA model, gloo for a CPU one), else None."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     import torch.distributed as dist
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return dist
 
 
@@ -143,7 +155,7 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     engine = Engine(model)
     L, d = loaded.n_layers, model.config.hidden_size
     first = min(opts.splits)
-    dist = _dist()
+    dist = _dist(model.device)
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist else (0, 1)
     mine = docs[rank::world]
     key = hashlib.sha256(json.dumps([loaded.fingerprint(), opts.splits, opts.doc_tokens,
@@ -183,22 +195,26 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     bar.close()
     ckpt.save(moments, unigram, len(mine), log)
     if dist:
-        moments, unigram, log = _all_reduce(dist, moments, unigram, log)
+        moments, unigram, log = _all_reduce(dist, moments, unigram, log, model.device)
     return moments, unigram, log, ckpt
 
 
-def _all_reduce(dist, moments, unigram, log):
+def _all_reduce(dist, moments, unigram, log, device: torch.device):
+    """Sum every rank's fp64 moments and unigram counts; the tensors travel on ``device``
+    (nccl reduces device tensors only, gloo CPU ones)."""
+    device = device if dist.get_backend() == "nccl" else torch.device("cpu")
     reduced = {}
     for s, m in moments.items():
         state = {}
         for k, v in m.state_dict().items():
             # flat copy: ascontiguousarray would turn the 0-d count/weight_sum into shape (1,)
-            t = torch.from_numpy(np.array(v, dtype=np.float64).reshape(-1))
+            t = torch.from_numpy(np.array(v, dtype=np.float64).reshape(-1)).to(device)
             dist.all_reduce(t)
-            state[k] = t.numpy().reshape(np.shape(v)).astype(v.dtype)
+            state[k] = t.cpu().numpy().reshape(np.shape(v)).astype(v.dtype)
         reduced[s] = RidgeMoments.from_state_dict(state)
-    u = torch.from_numpy(unigram).clone()
+    u = torch.from_numpy(unigram).clone().to(device)
     dist.all_reduce(u)
+    u = u.cpu()
     logs = [None] * dist.get_world_size()
     dist.all_gather_object(logs, log)
     merged = {"docs": {}, "skipped": {}}
@@ -216,23 +232,26 @@ def cache_write_cosine(engine: Engine, layer: int, x_pred: torch.Tensor, x_true:
     if ad.layer_info(layer).kind == "gdn":
         norm = ad.input_norm(layer)
         (kp, vp), (kt, vt) = ad.gdn_writes(layer, norm(x_pred)), ad.gdn_writes(layer, norm(x_true))
-        return tuple(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item()
+        return tuple(torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1).mean().item()
                      for a, b in ((kp, kt), (vp, vt)))
-    pos = torch.arange(x_true.shape[1])[None]
+    pos = torch.arange(x_true.shape[1], device=x_true.device)[None]
     cos, sin = ad.rope(x_true, pos, layer)
     norm = ad.input_norm(layer)
     kp, vp = ad.keys_values(layer, norm(x_pred), cos, sin)
     kt, vt = ad.keys_values(layer, norm(x_true), cos, sin)
 
     def rowcos(a, b):
-        a, b = a.transpose(1, 2).flatten(2), b.transpose(1, 2).flatten(2)
+        a, b = a.transpose(1, 2).flatten(2).float(), b.transpose(1, 2).flatten(2).float()
         return torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item()
 
     return rowcos(kp, kt), rowcos(vp, vt)
 
 
 def heldout_scores(engine: Engine, captures, split: int, maps) -> dict[int, tuple[float, float]]:
-    """{layer: (key cosine, value cosine)} over the held-out captures; maps None = identity."""
+    """{layer: (key cosine, value cosine)} over the held-out captures; maps None = identity.
+    The prediction is made in fp32 and, like the true input, fed to the model's own norm and
+    projections at the model's dtype on its device (a bf16 model on CUDA scores as it runs)."""
+    p = next(engine.model.parameters())
     out = {}
     with torch.inference_mode():
         for layer in range(split + 1, engine.adapter.n_layers):
@@ -245,7 +264,8 @@ def heldout_scores(engine: Engine, captures, split: int, maps) -> dict[int, tupl
                     A, b = maps[layer]
                     pred = x_s @ torch.from_numpy(A.astype(np.float32)).T + torch.from_numpy(
                         b.astype(np.float32))
-                k, v = cache_write_cosine(engine, layer, pred, torch.from_numpy(xs[layer])[None])
+                x_true = torch.from_numpy(xs[layer])[None].to(p.device, p.dtype)
+                k, v = cache_write_cosine(engine, layer, pred.to(p.device, p.dtype), x_true)
                 ks.append(k)
                 vs.append(v)
             out[layer] = (float(np.mean(ks)), float(np.mean(vs)))
@@ -310,7 +330,7 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
     t0 = time.perf_counter()
     moments, unigram, log, ckpt = accumulate(loaded, opts, fit_docs, progress)
     capture_s = time.perf_counter() - t0
-    dist = _dist()
+    dist = _dist(loaded.model.device)
     if dist and dist.get_rank() != 0:
         dist.barrier()
         return {}
@@ -372,9 +392,9 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
     return written
 
 
-if __name__ == "__main__":  # torchrun --nproc-per-node N -m gpu.fit --model M --splits S --out F
+if __name__ == "__main__":  # torchrun --nproc-per-node N -m gpu.maps.fit --model M --splits S --out F
     import sys
 
-    from .cli import main
+    from ..cli import main
 
     sys.exit(main(["fit", *sys.argv[1:]]))

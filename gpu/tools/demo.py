@@ -7,20 +7,28 @@ the measured speedup against the ceilings (paper section 2.5).
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
+
+from tqdm import tqdm
 
 from rfmath.cost import exact_share, speedup_ceiling
 from rfmodel.atomic import atomic_path, write_json
 
-from . import corpus, models, tasks
-from .api import RidgeFill
-from .archspec import arch_of
-from .fit import FitOptions, fit
-from .mapfile import load_maps
+from ..data import corpus
+from ..core import models
+from ..eval import tasks
+from ..api import RidgeFill
+from ..core.config import PrefillConfig
+from ..core.archspec import arch_of
+from ..maps.fit import FitOptions, fit
+from ..maps.files import load_maps
 
 LENGTH = 2048
 TAIL = 512
 ROWS = "lexical"
+REQUESTS = 3        # timed requests per arm, alternating, after one untimed warm-up each
+ANSWER_TOKENS = 24
 
 
 def maps_for(loaded: models.Loaded, split: int, max_tokens: int = 24_000) -> Path:
@@ -41,7 +49,7 @@ def needle_prompt(rf: RidgeFill, length: int, seed: int = 0):
         s = tasks.make_sample("niah_single_1", length, seed, hay, tok, index=index, reserve=64)
         p = rf.prompt(s.context, s.question, chat=True)
         shift = p.text.find(s.context)
-        if tasks.in_filled_region(s, p.spans, p.n, rf.tail, char_shift=shift):
+        if tasks.in_filled_region(s, p.spans, p.n, rf.config.tail, char_shift=shift):
             return s, p
     raise RuntimeError("no sample with its needle in the filled region; lengthen the prompt")
 
@@ -78,46 +86,60 @@ def plot(out: Path, counts: dict, n: int, rows, measured: float, ceilings: dict)
     return path
 
 
-def run(args) -> int:
-    out = Path(args.out_dir)
-    loaded = models.load(args.model, device=args.device)
+def run(model: str = "smollm2-135m", device: str | None = None,
+        out_dir: Path = Path("out/demo"), requests: int = REQUESTS) -> int:
+    """Answer one needle prompt with exact prefill and with RidgeFill: both warmed up untimed
+    (the first call pays one-time compilation and allocation), then ``requests`` alternating
+    requests each; the median time to first token of each arm is reported."""
+    out = Path(out_dir)
+    loaded = models.load(model, device=device)
     split = round(3 * loaded.n_layers / 8)
-    maps = load_maps(maps_for(loaded, split), fingerprint=loaded.fingerprint(), split=split,
-                     dtype=loaded.model.dtype, device=loaded.model.device)
-    exact = RidgeFill(loaded, None, fill="exact", tail=TAIL)
-    rf = RidgeFill(loaded, maps, tail=TAIL, rows=ROWS)
+    maps = load_maps(maps_for(loaded, split), loaded.model, split=split)
+    exact = RidgeFill(loaded, None, PrefillConfig(fill="exact"))
+    rf = RidgeFill(loaded, maps, PrefillConfig(split=split, tail=TAIL, rows=ROWS))
     sample, p = needle_prompt(rf, LENGTH)
-    exact.generate(sample.context[:400], sample.question, chat=True, max_new_tokens=1)  # warm-up
+    runners = {"exact": exact, "ridgefill": rf}
+
+    def ask(runner: RidgeFill, new_tokens: int):
+        return runner.generate(sample.context, sample.question, chat=True,
+                               max_new_tokens=new_tokens)
+
+    for runner in runners.values():  # warm-up, untimed
+        ask(runner, 1)
+    ttft: dict[str, list[float]] = {k: [] for k in runners}
     results = {}
-    for name, runner in (("exact", exact), ("ridgefill", rf)):
-        r = runner.generate(sample.context, sample.question, chat=True, max_new_tokens=24)
-        results[name] = r
+    for _ in tqdm(range(requests), desc="alternating requests", unit="pair"):
+        for name, runner in runners.items():
+            results[name] = ask(runner, ANSWER_TOKENS)
+            ttft[name].append(results[name].ttft_seconds)
+    med = {k: statistics.median(v) for k, v in ttft.items()}
     pre = rf.prefill(p)
     rows = pre.plan.exact_rows
     counts = pre.plan.counts()
     arch = arch_of(loaded.model.config)
     ceilings = {"one_over_r": 1 / exact_share(split, loaded.n_layers, TAIL, p.n),
                 "macs": speedup_ceiling(arch, p.n, split, TAIL, E=len(rows), arm="ridgefill")}
-    speedup = results["exact"].ttft_seconds / results["ridgefill"].ttft_seconds
+    speedup = med["exact"] / med["ridgefill"]
     ex, rr = results["exact"], results["ridgefill"]
     expected = sample.expected[0]
     print()
     print(f"model {loaded.name} ({loaded.n_layers} layers), split {split}, tail {TAIL}, "
           f"rows {ROWS}; needle {expected!r} at token {_needle_row(sample, p)} of {p.n}")
-    print(f"exact answer:     {_short(ex.text)}")
-    print(f"RidgeFill answer: {_short(rr.text)}")
+    print(f"exact answer:     {_one_line(ex.text)}")
+    print(f"RidgeFill answer: {_one_line(rr.text)}")
     print(f"{'':22}{'exact':>28}  {'RidgeFill':>28}")
     print(f"{'needle found':22}{str(expected in ex.text):>28}  {str(expected in rr.text):>28}")
     print(f"{'prompt tokens':22}{ex.prompt_tokens:>28}  {rr.prompt_tokens:>28}")
     print(f"{'filled / exact rows':22}{'0 / ' + str(p.n):>28}  "
           f"{f'{rr.filled} / {rr.exact_prefix} + {rr.tail} tail':>28}")
-    print(f"{'time to first token':22}{ex.ttft_seconds:>27.2f}s  {rr.ttft_seconds:>27.2f}s")
-    print(f"speedup {speedup:.2f}x (ceilings: multiply-accumulate {ceilings['macs']:.2f}x, "
-          f"1/r {ceilings['one_over_r']:.2f}x; one request on a shared machine, see "
-          "`make bench` for paired medians)")
+    print(f"{'time to first token':22}{med['exact']:>27.2f}s  {med['ridgefill']:>27.2f}s")
+    print(f"speedup {speedup:.2f}x (median of {requests} alternating requests after a warm-up; "
+          f"ceilings: multiply-accumulate {ceilings['macs']:.2f}x, 1/r "
+          f"{ceilings['one_over_r']:.2f}x)")
     png = plot(out, counts, p.n, rows, speedup, ceilings)
     write_json(out / "demo.json", {"model": loaded.name, "split": split, "tail": TAIL,
                                    "rows": ROWS, "expected": expected, "speedup": speedup,
+                                   "requests": requests, "ttft_seconds": ttft,
                                    "ceilings": ceilings, "counts": counts,
                                    "exact": ex.to_dict(), "ridgefill": rr.to_dict()})
     print(f"wrote {png} and {out / 'demo.json'}")
@@ -135,6 +157,6 @@ def _needle_row(sample, p) -> int:
     return tasks.needle_token_positions(sample, p.spans, shift)[0][0]
 
 
-def _short(text: str, width: int = 72) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _one_line(text: str) -> str:
+    """The whole answer on one line."""
+    return " ".join(text.split())

@@ -1,7 +1,7 @@
 """The selector study of issue 9: which exact prefix rows keep filled-region retrieval.
 
-``python -m gpu.selector_study --models smollm2-135m gemma3-270m --samples 10`` runs, through
-the evaluation harness (gpu.evaluate.evaluate_model, resumable JSONL journal under
+``python -m gpu.tools.selector_study --models smollm2-135m gemma3-270m --samples 10`` runs, through
+the evaluation harness (gpu.eval.harness.evaluate_model, resumable JSONL journal under
 ``results/selectors/<model>/records.jsonl``, maps fitted by the harness on the calibration
 split and cached beside it), the needle instrument on filled-region samples (eval-role
 haystacks the calibration never saw) and the loss instrument on ``--docs`` long documents
@@ -9,7 +9,7 @@ haystacks the calibration never saw) and the loss instrument on ``--docs`` long 
 (3/8 of depth), tail 512:
 
 * exact; RidgeFill alone;
-* RidgeFill + each selector of gpu.select with span completion (attention 10%, probe,
+* RidgeFill + each selector of gpu.core.select with span completion (attention 10%, probe,
   protected, lexical, combined at a 10% cap), each with its exact-row share recorded, and
   the paper's attention selector as it is written (10%, no span completion);
 * beside each candidate default (``--controls``: lexical, combined): count-matched random
@@ -18,7 +18,7 @@ haystacks the calibration never saw) and the loss instrument on ``--docs`` long 
 
 Then it times each arm's prefill alone (time to first token without decoding) on a few
 samples of the longest length, with no lower pass shared between arms, and replays each
-selector's rows through gpu.select.FixedRows to isolate the selector's own cost; and writes
+selector's rows through gpu.core.select.FixedRows to isolate the selector's own cost; and writes
 ``results/selectors/summary.{json,md}`` and ``retrieval_vs_share.png``: retrieval vs exact-row share per selector, paired bootstrap
 intervals (rfmath.stats, within task) against exact, RidgeFill alone and the controls, the
 binomial floor, the MAC-ceiling speedup beside the measured one, and the sample counts,
@@ -39,11 +39,12 @@ import torch
 from rfmath.stats import binomial_floor
 from rfmodel.atomic import write_json, write_text
 
-from . import evaluate as ev
-from . import models, select
-from .instruments import Arm, Session
+from ..eval import harness as ev
+from ..core import models
+from ..core import select
+from ..eval.instruments import Arm, Session
 
-SELECTORS = {  # name -> (gpu.select name, options, label)
+SELECTORS = {  # name -> (gpu.core.select name, options, label)
     "attention": ("attention", (("complete", True), ("share", 0.10)),
                   "attention rows + span completion"),
     "attention-paper": ("attention", (("share", 0.10),),
@@ -86,7 +87,7 @@ def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
         if selector is None:
             pre = sess.prefill(arm, prompt, count=count, seed=seed)
         else:
-            from .plan import Plan
+            from ..core.plan import Plan
             plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
             pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
                                                  prompt=prompt, logits_rows=1)
@@ -279,7 +280,7 @@ def markdown(summ: dict) -> str:
     for a, d in summ["by_task"].items():
         L.append(f"| `{a}` | " + " | ".join(_num(d.get(s), 1) for s in summ["strata"]) + " |")
     L += ["", "Selector seconds = prefill with the selector minus the same prefill with its rows "
-          "replayed (gpu.select.FixedRows): the selector's own cost in the time to first token. "
+          "replayed (gpu.core.select.FixedRows): the selector's own cost in the time to first token. "
           "Speedup = exact prefill time / arm prefill time; MAC ceiling = 1 / MAC share "
           f"(rfmath.cost), timed at {summ['timing_length']} tokens with no lower pass shared "
           "between arms.", ""]
@@ -350,7 +351,7 @@ def study_config(loaded, a) -> tuple[ev.EvalConfig, ev.EvalConfig]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m gpu.selector_study", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m gpu.tools.selector_study", description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
     p.add_argument("--samples", type=int, default=10, help="per task and length")
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096])
@@ -377,9 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    command = "python -m gpu.selector_study " + " ".join(sys.argv[1:] if argv is None else argv)
-    from .journal import Journal
-    from .mapfile import load_maps
+    command = "python -m gpu.tools.selector_study " + " ".join(sys.argv[1:] if argv is None else argv)
+    from ..eval.journal import Journal
+    from ..maps.files import load_maps
 
     for name in a.models:
         t0 = time.time()

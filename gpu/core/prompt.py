@@ -36,10 +36,36 @@ def build(tokenizer, body: str, question: str = "", *, chat: bool = False,
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = enc["input_ids"]
     spans = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    special_ids = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
-    special = np.array([i for i, t in enumerate(ids) if t in special_ids], dtype=np.int64)
+    special = special_rows(tokenizer, ids)
     q_char = text.rfind(question) if question else len(text)
     starts = spans[:, 0]
     question_row = int(np.searchsorted(starts, q_char)) if question else len(ids)
     return Prompt(torch.tensor([ids]), text, spans, tokenizer.convert_ids_to_tokens(ids), special,
                   question_row)
+
+
+def from_ids(tokenizer, ids: torch.Tensor) -> Prompt:
+    """The Prompt of raw ``ids`` (1, N): the text they decode to, with special and
+    chat-template tokens recognised from the tokenizer. When the decoded text tokenizes back to
+    the same ids its offsets are used; otherwise each token's own decoding is laid end to end.
+    Raw ids carry no question boundary (``question_row`` = N)."""
+    seq = [int(t) for t in ids[0].tolist()]
+    text = tokenizer.decode(seq, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    if list(enc["input_ids"]) == seq:
+        spans = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    else:
+        parts = [tokenizer.decode([t], skip_special_tokens=False,
+                                  clean_up_tokenization_spaces=False) for t in seq]
+        ends = np.cumsum([len(s) for s in parts], dtype=np.int64)
+        spans = np.stack([ends - [len(s) for s in parts], ends], axis=1).reshape(-1, 2)
+        text = "".join(parts)
+    special = special_rows(tokenizer, seq)
+    return Prompt(ids.detach().cpu().reshape(1, -1), text, spans,
+                  tokenizer.convert_ids_to_tokens(seq), special, len(seq))
+
+
+def special_rows(tokenizer, ids: list[int]) -> np.ndarray:
+    """Rows holding special or added (chat-template, control) tokens."""
+    special_ids = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    return np.array([i for i, t in enumerate(ids) if t in special_ids], dtype=np.int64)

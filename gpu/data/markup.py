@@ -1,4 +1,4 @@
-"""Markup to plain text for the installed corpora (gpu.corpus): HTML pages and MediaWiki
+"""Markup to plain text for the installed corpora (gpu.data.corpus): HTML pages and MediaWiki
 articles, prose kept, templates, tables, references and files dropped."""
 from __future__ import annotations
 

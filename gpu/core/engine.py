@@ -16,22 +16,18 @@ from __future__ import annotations
 
 import copy
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicSlidingWindowLayer
 
-from rfmath.gating import filled_share
-
+from . import late, select
 from .adapters import Adapter, for_model
+from .cache import as_stock, layer_input, layer_inputs
+from .config import FILLS, PrefillConfig
 from .plan import Plan
 
-FILLS = ("ridge", "identity", "none", "exact")
 SPLICES = ("keys", "values", "both")
 
 
@@ -118,7 +114,7 @@ class Engine:
         box: dict = {}
 
         def stop(module, args, kwargs):
-            box["x"] = _layer_input(args, kwargs)
+            box["x"] = layer_input(args, kwargs)
             raise _StopAtSplit
 
         handle = self.adapter.layers[split].register_forward_pre_hook(stop, with_kwargs=True)
@@ -141,7 +137,7 @@ class Engine:
             return
         lower = DynamicCache(config=self.model.config)
         for i in range(split):
-            lower.layers[i] = _as_stock(cache.layers[i])
+            lower.layers[i] = as_stock(cache.layers[i])
         self._last = _LowerPass(ids.clone(), split, inputs[split], lower,
                                 {i: inputs[i] for i in range(split)})
 
@@ -166,6 +162,49 @@ class Engine:
 
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
+    def run(self, ids: torch.Tensor, config: PrefillConfig, *, prompt=None,
+            logits_rows: int | None = 1, selector=None, splice: str | None = None,
+            exact_cache: DynamicCache | None = None) -> Prefill:
+        """Prefill ``ids`` (1, n) under ``config``: the entry point of the API, the CLI, the
+        evaluation's arms and the benchmark. The plan and the selector come from the
+        configuration (``selector`` overrides the configured one: the evaluation's controls);
+        ``prompt`` (gpu.core.prompt.Prompt) carries the text that text-reading selectors need.
+        What was adjusted (a prompt that fits the tail, a prefix too short to select from) is
+        listed in ``Prefill.info["notes"]``."""
+        cfg = config.resolve(self.adapter.n_layers, self.maps)
+        _check_ids(ids)
+        n = ids.shape[1]
+        notes: list[str] = []
+        if cfg.correction and cfg.fill == "ridge" and not any(
+                self.adapter.layer_info(l).kind == "gdn" for l in range(cfg.split, self.adapter.n_layers)):
+            raise ValueError("correction=True applies to Gated DeltaNet layers above the split; "
+                             "this model has none there (use correction=False)")
+        if cfg.rows == "probe" and cfg.fill == "none" and self.maps is None:
+            raise ValueError("rows='probe' sweeps the late layers over a filled cache, which "
+                             "fill='none' builds from the ridge maps: pass maps, or use "
+                             "fill='identity' or another rows selector")
+        plan = None if cfg.fill == "exact" else Plan(n, cfg.split, cfg.tail, self.adapter.n_layers)
+        if plan is not None and plan.n_prefix == 0:
+            notes.append(f"prompt of {n} tokens fits in the tail of {cfg.tail}: ran exact")
+        if selector is None and plan is not None and cfg.rows != "none":
+            if prompt is None and cfg.needs_text:
+                raise ValueError(f"rows={cfg.rows!r} reads the prompt's text, but only ids were "
+                                 "given: pass the tokenizer (gpu.prefill(..., tokenizer=tok)) or "
+                                 "a Prompt, or use rows='none'")
+            selector = select.make(cfg.rows, **cfg.options)
+        if selector is not None and plan is not None and plan.n_prefix < 2:
+            if plan.n_prefix:
+                notes.append(f"rows={cfg.rows}: the prefix has {plan.n_prefix} rows, too short "
+                             "to select from; fell back to rows=none")
+            selector = None
+        pre = self.prefill(ids, plan, cfg.fill, rescale=cfg.rescale,
+                           rescale_rows=cfg.rescale_rows, splice=splice, exact_cache=exact_cache,
+                           skip_unread=cfg.skip_unread, selector=selector, prompt=prompt,
+                           logits_rows=logits_rows, correction=cfg.correction)
+        pre.info["notes"] = notes
+        return pre
+
+    @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, plan: Plan | None, fill: str = "ridge", *,
                 rescale: str | None = None, rescale_rows: int = 512,
                 splice: str | None = None, exact_cache: DynamicCache | None = None,
@@ -177,7 +216,7 @@ class Engine:
         POP's fill), "none" (filled rows get no late-layer cache entry).
         rescale: None | "values" | "keys" (paper 2.3), measured on the first ``rescale_rows``
         tail rows. splice: replace filled keys/values/both by those of ``exact_cache``.
-        selector: chooses exact prefix rows after the lower layers ran (gpu.select), reading
+        selector: chooses exact prefix rows after the lower layers ran (gpu.core.select), reading
         ``prompt``; the chosen rows replace ``plan.exact_rows``. logits_rows: logits of the last
         that many computed rows (1: generation, timing; a scored stretch's length: loss),
         None: of every computed row. At a 262K vocabulary each row costs 1 MiB, so an 8K
@@ -197,6 +236,10 @@ class Engine:
             raise ValueError(f"maps were fitted for split {self.maps.split}, the plan asks for "
                              f"split {plan.split}; fit maps for this split or use --split "
                              f"{self.maps.split}")
+        _check_ids(ids)
+        if plan is not None and plan.n != ids.shape[1]:
+            raise ValueError(f"the plan is for {plan.n} tokens but ids hold {ids.shape[1]}: "
+                             "build the plan from these ids (Plan(ids.shape[1], ...))")
         deltas = self._deltas(correction, fill)
         start = time.perf_counter()
         ids = ids.to(self.model.device)
@@ -220,10 +263,12 @@ class Engine:
         computed = torch.as_tensor(plan.computed, device=ids.device)
         filled = torch.as_tensor(plan.filled, device=ids.device)
         stats: dict = {}
-        h = self.late(x_split, x_split[:, computed], computed, filled, cache, fill,
-                      base=0, rescale=rescale, rescale_rows=rescale_rows, plan=plan,
-                      splice=splice, exact_cache=exact_cache, skip_unread=skip_unread,
-                      correction=deltas, stats=stats)
+        ctx = late.Late(self.adapter, self.predict_input, plan.split, x_split, computed, filled, cache,
+                        fill if fill in ("ridge", "identity") else None,
+                        tail_start=plan.n_prefix, rescale=rescale, rescale_rows=rescale_rows,
+                        splice=splice, exact_cache=exact_cache, skip_unread=skip_unread,
+                        correction=deltas, stats=stats)
+        h = late.run(ctx, x_split[:, computed])
         visible = None
         if fill == "none":  # filled rows have no late-layer entry; decoding must not see them
             visible = torch.zeros(n, dtype=torch.bool, device=ids.device)
@@ -252,149 +297,9 @@ class Engine:
                              "`ridgefill fit --correction`")
         return deltas
 
-    # ------------------------------------------------------------------ late layers
-    def _predict(self, layer: int, split: int, x: torch.Tensor, fill: str) -> torch.Tensor:
-        if fill == "identity" or layer == split:
-            return x  # layer S's own input is x_S, exactly
+    def predict_input(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """The maps' prediction of ``layer``'s input from x_S rows ``x`` (paper 2.2)."""
         return self.maps.predict(layer, x)
-
-    def late(self, x_split: torch.Tensor, h: torch.Tensor, computed: torch.Tensor,
-             filled: torch.Tensor, cache: DynamicCache | None, fill: str, *, base: int,
-             rescale: str | None = None, rescale_rows: int = 512, plan: Plan | None = None,
-             splice: str | None = None, exact_cache: DynamicCache | None = None,
-             visible: torch.Tensor | None = None, received: torch.Tensor | None = None,
-             skip_unread: bool = True, split: int | None = None,
-             correction: dict[int, torch.Tensor] | None = None,
-             stats: dict | None = None) -> torch.Tensor:
-        """Run layers split..L-1. New rows are positions base..base+n_new-1 of which ``computed``
-        run the whole layer (hidden ``h``) and ``filled`` only write their cache entry from the
-        prediction of ``x_split`` (rows indexed like positions - base).
-
-        With ``cache=None`` nothing is written (the probe's sweep; Gated DeltaNet layers then
-        start from an empty state over the computed rows only). ``received`` (n_keys,)
-        accumulates the attention each key row receives from the computed rows.
-        ``correction`` {layer: DeltaM}: terminal-state correction on those GDN layers;
-        ``stats`` receives {"rho": {layer: [per value head]}} when it is applied.
-        Returns the computed rows' hidden state after the last layer.
-        """
-        ad = self.adapter
-        split = plan.split if plan is not None else split
-        n_new = x_split.shape[1]
-        device = x_split.device
-        pos_new = torch.arange(base, base + n_new, device=device)
-        write_filled = fill != "none" and filled.numel() > 0
-        tail_start = int(computed.min()) if plan is None else plan.n_prefix
-        for layer in range(split, ad.n_layers):
-            info = ad.layer_info(layer)
-            if info.kind == "gdn":
-                dM = correction.get(layer) if correction is not None else None
-                h = self._gdn(layer, split, x_split, h, computed, filled,
-                              cache, fill if write_filled else None, tail_start, dM, stats)
-                continue
-            cos, sin = ad.rope(x_split, pos_new[None], layer)
-            norm = ad.input_norm(layer)
-            k = x_split.new_zeros(1, ad.config.num_key_value_heads, n_new, ad.attn(layer).head_dim)
-            v = torch.zeros_like(k)
-            normed = norm(h)
-            kc, vc = ad.keys_values(layer, normed, cos[:, computed], sin[:, computed])
-            k[:, :, computed], v[:, :, computed] = kc, vc
-            rows_f = filled
-            if write_filled and skip_unread and info.window is not None:
-                rows_f = _read_by_someone(filled, computed, n_new, info.window)
-            if write_filled and rows_f.numel():
-                xf = self._predict(layer, split, x_split[:, rows_f], fill)
-                kf, vf = ad.keys_values(layer, norm(xf), cos[:, rows_f], sin[:, rows_f])
-                if rescale is not None:
-                    kf, vf = self._rescale(layer, split, rescale, rescale_rows, x_split, h,
-                                           computed, tail_start, norm, cos, sin, kf, vf, fill)
-                if splice is not None:
-                    ek, ev = _exact_entries(exact_cache.layers[layer], rows_f)
-                    if splice in ("keys", "both"):
-                        kf = ek
-                    if splice in ("values", "both"):
-                        vf = ev
-                k[:, :, rows_f], v[:, :, rows_f] = kf, vf
-            if cache is not None:
-                k_all, v_all = cache.update(k, v, layer)
-            else:
-                k_all, v_all = k, v
-            n_keys = k_all.shape[2]
-            key_pos = torch.arange(base + n_new - n_keys, base + n_new, device=device)
-            q_pos = pos_new[computed]
-            allowed = key_pos[None, :] <= q_pos[:, None]
-            if info.window is not None:
-                allowed &= key_pos[None, :] > q_pos[:, None] - info.window
-            seen = torch.zeros(n_keys, dtype=torch.bool, device=device)
-            n_old = n_keys - n_new
-            seen[:n_old] = True if visible is None else visible[visible.numel() - n_old:]
-            seen[n_old + computed] = True
-            if write_filled:
-                seen[n_old + rows_f] = True
-            allowed &= seen[None, :]
-            q, gate = ad.queries_gated(layer, normed, cos[:, computed], sin[:, computed])
-            if received is not None:
-                probs = _attention_probs(q, k_all, allowed, ad.scaling(layer))
-                received[-n_keys:] += probs.sum(dim=(0, 1, 2)).float()
-            out = masked_attention(q, k_all, v_all, allowed, ad.scaling(layer))
-            out = out.transpose(1, 2).reshape(1, q.shape[2], -1)
-            h = ad.finish(layer, h, out) if gate is None else ad.finish(layer, h, out, gate)
-        return h
-
-    def _gdn(self, layer, split, x_split, h, computed, filled, cache, fill, tail_start, dM,
-             stats):
-        """One Gated DeltaNet late layer (paper 2.1, 2.3). ``fill`` None: only the computed
-        rows update the state (no fill, decoding, or the probe with ``cache=None``)."""
-        ad = self.adapter
-        if fill is None or cache is None or filled.numel() == 0:
-            rows, u = computed, h
-        else:
-            rows = torch.cat([computed, filled]).sort().values
-            u = h.new_empty(1, rows.numel(), h.shape[-1])
-            u[:, torch.searchsorted(rows, computed)] = h
-            u[:, torch.searchsorted(rows, filled)] = self._predict(layer, split,
-                                                                   x_split[:, filled], fill)
-        normed = ad.input_norm(layer)(u)
-        is_filled = torch.ones(rows.numel(), dtype=torch.bool, device=rows.device)
-        is_filled[torch.searchsorted(rows, computed)] = False
-        cut = int((rows < tail_start).sum())  # rows present before the end of the prefix
-        if dM is None or cache is None or not bool(is_filled[:cut].any()):
-            mixed = ad.mix(layer, normed, cache)
-        else:
-            head = ad.mix(layer, normed[:, :cut], cache)
-            # rho: the filled rows' share of the state weight w_j = prod_{k>j} g_k at the end of
-            # the prefix, per value head, from the gates this layer computes (Appendix H)
-            log_g = ad.gdn_log_gates(layer, normed[:, :cut])[0].T.double()  # (H_v, cut)
-            gates = log_g.exp().clamp_min(np.finfo(np.float64).tiny).cpu().numpy()
-            rho = np.asarray(filled_share(gates, is_filled[:cut].cpu().numpy()), np.float64)
-            state = cache.layers[layer].recurrent_states[0]       # (1, H_v, d_k, d_v)
-            rho_t = torch.as_tensor(rho, device=state.device, dtype=torch.float32)
-            state.add_((rho_t[:, None, None] * dM.to(state.device, torch.float32))[None]
-                       .to(state.dtype))
-            if stats is not None:
-                stats.setdefault("rho", {})[layer] = rho.tolist()
-            parts = [head]
-            if cut < rows.numel():
-                parts.append(ad.mix(layer, normed[:, cut:], cache))
-            mixed = torch.cat(parts, dim=1)
-        if rows is not computed:
-            mixed = mixed[:, ~is_filled]
-        return ad.finish_mixed(layer, h, mixed)
-
-    def _rescale(self, layer, split, which, c, x_split, h, computed, tail_start, norm, cos, sin,
-                 kf, vf, fill):
-        """Value/key rescale (paper 2.3): per KV head, the ratio of the exact to the predicted
-        norm averaged over the first ``c`` tail rows, applied to the filled rows' entries."""
-        tail_rows = computed[computed >= tail_start][:c]
-        take = torch.searchsorted(computed, tail_rows)
-        k_ex, v_ex = self.adapter.keys_values(layer, norm(h[:, take]), cos[:, tail_rows],
-                                              sin[:, tail_rows])
-        xp = self._predict(layer, split, x_split[:, tail_rows], fill)
-        k_pr, v_pr = self.adapter.keys_values(layer, norm(xp), cos[:, tail_rows], sin[:, tail_rows])
-        if which == "values":
-            scale = (v_ex.norm(dim=-1) / v_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
-            return kf, vf * scale[..., None, None]
-        scale = (k_ex.norm(dim=-1) / k_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
-        return kf * scale[..., None, None], vf
 
     # ------------------------------------------------------------------ decoding
     @torch.inference_mode()
@@ -403,6 +308,9 @@ class Engine:
         """Greedy decoding at full depth from the prefilled cache (every step runs the whole
         model; the no-fill arm keeps its filled rows hidden from the late layers), until the
         end token, ``max_new_tokens`` or ``stop(tokens)``."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens}: generate at least one token "
+                             "(the first comes from the prefill's own logits)")
         eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else
                   [eos_token_id] if eos_token_id is not None else [])
         feeder, logits = Feeder(self, pre), pre.last_logits
@@ -418,8 +326,8 @@ class Engine:
 
 class Feeder:
     """Feeds tokens through a prefilled cache one at a time, every step at full depth (the
-    no-fill arm keeps its filled rows hidden from the late layers through ``Engine.late``'s
-    visibility mask)."""
+    no-fill arm keeps its filled rows hidden from the late layers through the late walk's
+    ``visible`` mask)."""
 
     def __init__(self, engine: Engine, pre: Prefill):
         self.engine, self.cache, self.visible = engine, pre.cache, pre.visible
@@ -436,12 +344,22 @@ class Feeder:
         else:
             x_split, _ = eng.lower(ids, self.split, self.cache)
             one = torch.zeros(1, dtype=torch.long, device=ids.device)
-            h = eng.late(x_split, x_split, one, one[:0], self.cache, "exact", base=self.n,
-                         visible=self.visible, split=self.split)
+            ctx = late.Late(eng.adapter, eng.predict_input, self.split, x_split, one, one[:0],
+                            self.cache, None, base=self.n, visible=self.visible)
+            h = late.run(ctx, x_split)
             self.visible = torch.cat([self.visible, self.visible.new_ones(1)])
             logits = eng.adapter.logits(h)[0, -1]
         self.n += 1
         return logits
+
+
+def _check_ids(ids: torch.Tensor) -> None:
+    """One sequence of token ids, shape (1, n) with n >= 1."""
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
+        shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"input_ids must have shape (1, n) with n >= 1, got {shape}: RidgeFill "
+                         "prefills one sequence at a time; loop over a batch (or pass ids[None] "
+                         "for a 1-D tensor)")
 
 
 def _checked_rows(logits_rows: int, computed: int) -> int:
@@ -451,102 +369,3 @@ def _checked_rows(logits_rows: int, computed: int) -> int:
                          f"for 1 to {computed} (or None: all of them), e.g. the scored stretch "
                          "inside the exact tail")
     return logits_rows
-
-
-def _layer_input(args, kwargs) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
-
-
-@contextmanager
-def layer_inputs(adapter: Adapter, rows: dict[int, slice]):
-    """Collect the input of layer i (rows ``rows[i]``) into the yielded dict while a forward
-    runs inside the block."""
-    got: dict[int, torch.Tensor] = {}
-    handles = []
-    for i, r in rows.items():
-        def grab(module, args, kwargs, i=i, r=r):
-            got[i] = _layer_input(args, kwargs)[:, r]
-        handles.append(adapter.layers[i].register_forward_pre_hook(grab, with_kwargs=True))
-    try:
-        yield got
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def _as_stock(layer):
-    """A copy of a cache layer as a stock forward leaves it (a sliding-window layer that kept
-    every position keeps only its last ``window - 1`` columns again)."""
-    if not getattr(layer, "record_past", False):
-        return copy.deepcopy(layer)
-    out = copy.copy(layer)
-    w = layer.sliding_window - 1
-    out.keys, out.values = layer.keys[:, :, -w:].clone(), layer.values[:, :, -w:].clone()
-    out.record_past = False
-    return out
-
-
-def full_cache(config) -> DynamicCache:
-    """An empty cache whose sliding-window layers keep every position (decoding from it
-    still reads only the window): the exact arm's cache when a splice reads from it."""
-    cache = DynamicCache(config=config)
-    for layer in cache.layers:
-        if isinstance(layer, DynamicSlidingWindowLayer):
-            layer.activate_past_recording()
-    return cache
-
-
-def _exact_entries(layer, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values of positions ``rows`` from an exact cache layer (which may have been
-    fed further tokens since; a sliding-window layer may keep only its last columns)."""
-    held = layer.keys.shape[2]
-    first = getattr(layer, "cumulative_length", held) - held  # position of column 0
-    if int(rows.min()) < first:
-        raise ValueError(
-            f"the exact cache keeps only positions from {first} on in a sliding-window layer "
-            f"but the splice needs row {int(rows.min())}: prefill the exact arm into "
-            "gpu.engine.full_cache(config), which keeps every position")
-    return layer.keys[:, :, rows - first], layer.values[:, :, rows - first]
-
-
-def _read_by_someone(filled: torch.Tensor, computed: torch.Tensor, n: int, window: int):
-    """Filled rows that some later query can read in a sliding-window layer: a computed row or
-    a decoding step (positions >= n) within ``window`` after them."""
-    nxt = torch.cat([computed, torch.tensor([n], device=computed.device)])
-    nxt = nxt.sort().values
-    idx = torch.searchsorted(nxt, filled)  # first computed/decode position >= filled row
-    return filled[(nxt[idx] - filled) < window]
-
-
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-                     scale: float, block: int = 512) -> torch.Tensor:
-    """``scaled_dot_product_attention(q, k, v, attn_mask=allowed)`` (GQA), computed over only
-    the key columns each block of ``block`` queries may read: the span from its first to its
-    last allowed column. A sliding window (paper 2.1, Gemma-3), hidden rows of the no-fill arm
-    and causality make that span much shorter than the cache; masked columns add nothing, so
-    only the summation order can differ (float rounding). Falls back to one call when the
-    spans save less than a quarter of the work."""
-    n_q, n_k = allowed.shape
-    spans = []
-    for lo in range(0, n_q, block):
-        cols = torch.nonzero(allowed[lo:lo + block].any(0)).flatten()
-        a, b = (int(cols[0]), int(cols[-1]) + 1) if cols.numel() else (0, 1)
-        spans.append((lo, min(lo + block, n_q), a, b))
-    work = sum((hi - lo) * (b - a) for lo, hi, a, b in spans)
-    if work > 0.75 * n_q * n_k:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale,
-                                              enable_gqa=True)
-    out = q.new_empty(*q.shape[:-1], v.shape[-1])
-    for lo, hi, a, b in spans:
-        out[:, :, lo:hi] = F.scaled_dot_product_attention(
-            q[:, :, lo:hi], k[:, :, a:b], v[:, :, a:b], attn_mask=allowed[lo:hi, a:b],
-            scale=scale, enable_gqa=True)
-    return out
-
-
-def _attention_probs(q, k, allowed, scale):
-    groups = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(groups, dim=1)
-    scores = (q @ k.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    return scores.softmax(-1)

@@ -17,7 +17,8 @@ from safetensors.torch import load_file, save_file
 from rfmodel.atomic import atomic_path
 from rfmodel.maps import quantize_int8
 
-from . import __version__
+from .. import __version__
+from ..core.models import fingerprint as model_fingerprint
 
 FORMAT = "ridgefill-maps/1"
 GROUP = 128
@@ -118,11 +119,24 @@ class MapSet:
         return n
 
 
-def load_maps(path: str | Path, *, fingerprint: str | None = None, split: int | None = None,
-              precision: str = "bf16", resident: bool = True, dtype=torch.float32,
-              device="cpu") -> MapSet:
-    """Load a map file, checking it belongs to this model (fingerprint) and split."""
+def load_maps(path: str | Path, model: torch.nn.Module | None = None, *,
+              split: int | None = None, precision: str = "bf16", resident: bool = True,
+              fingerprint: str | None = None, dtype: torch.dtype | None = None,
+              device=None) -> MapSet:
+    """Load a map file for ``model`` (a stock transformers causal LM): check that it was fitted
+    for this model's weights (gpu.core.models.fingerprint: at any load dtype or device), for
+    ``split`` when given, and that it holds a map for every late layer; the maps then run at
+    the model's dtype on its device. Without ``model``, ``fingerprint``/``dtype``/``device``
+    say the same explicitly (default: no fingerprint check, fp32 on the CPU)."""
     path = Path(path)
+    n_layers = None
+    if model is not None:
+        fingerprint = model_fingerprint(model) if fingerprint is None else fingerprint
+        dtype = model.dtype if dtype is None else dtype
+        device = model.device if device is None else device
+        n_layers = int(model.config.num_hidden_layers)
+    dtype = torch.float32 if dtype is None else dtype
+    device = "cpu" if device is None else device
     fix = "refit with `ridgefill fit --model M --splits S --out FILE`"
     if not path.is_file():
         raise FileNotFoundError(f"map file {path} does not exist; {fix}")
@@ -153,6 +167,11 @@ def load_maps(path: str | Path, *, fingerprint: str | None = None, split: int | 
     if split is not None and int(meta["split"]) != int(split):
         raise ValueError(f"maps in {path} are for split {meta['split']}, not {split}; "
                          f"use --split {meta['split']} or fit maps for split {split}")
+    if n_layers is not None:
+        uncovered = sorted(set(range(int(meta["split"]) + 1, n_layers)) - set(meta["layers"]))
+        if uncovered:
+            raise ValueError(f"map file {path} holds no map for late layers {uncovered} of this "
+                             f"{n_layers}-layer model; {fix}")
     unigram = tensors.pop("unigram_counts", None)
     delta_M = {int(l): tensors.pop(f"layers.{l}.delta_M").to(device)
                for l in meta.get("delta_M_layers", [])}

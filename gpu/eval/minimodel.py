@@ -3,7 +3,7 @@ mini``) and the tests: no model package, no installed text, no network.
 
 The tokenizer is a byte-level BPE trained on the synthetic text (digits kept one per token
 as in SmolLM2), with BOS/EOS and a ChatML template, saved beside the model so
-``gpu.models.load(folder)`` loads both like any local Hugging Face model.
+``gpu.core.models.load(folder)`` loads both like any local Hugging Face model.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .corpus import Document
+from ..data.corpus import Document
 
 WORDS = {
     "alpha": ("river stone light garden window paper morning yellow quietly across under people "
@@ -75,7 +75,8 @@ def build(path: str | Path, *, layers: int = 8, hidden: int = 64, seed: int = 0,
           family: str = "llama", window: int = 32) -> Path:
     """Write (once) a random model of ``layers`` layers and its tokenizer to ``path``:
     a Llama, or a Gemma-3 whose layers are sliding-window (``window`` tokens) except every
-    sixth, as in the real one."""
+    fourth from the third, so that a global layer lies below the split at 3/8 of depth, as
+    in the real one (global layer 5 below split 7)."""
     from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
     path = Path(path)
@@ -90,7 +91,7 @@ def build(path: str | Path, *, layers: int = 8, hidden: int = 64, seed: int = 0,
     if family == "llama":
         cfg = LlamaConfig(**common)
     elif family == "gemma3":
-        kinds = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
+        kinds = ["full_attention" if i % 4 == 2 else "sliding_attention" for i in range(layers)]
         cfg = Gemma3TextConfig(**common, sliding_window=window, layer_types=kinds,
                                query_pre_attn_scalar=hidden // 4)
     else:
@@ -123,7 +124,7 @@ class SyntheticTexts:
 
 
 def write_calibration(folder: str | Path, n_docs: int = 6) -> Path:
-    """Synthetic calibration documents as .txt files (for ``gpu.fit`` with ``calib=folder``)."""
+    """Synthetic calibration documents as .txt files (for ``gpu.maps.fit`` with ``calib=folder``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for k in range(n_docs):

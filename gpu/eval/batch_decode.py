@@ -32,7 +32,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .engine import Prefill
+from ..core.engine import Prefill
 
 
 class _Slots(DynamicLayer):

@@ -1,5 +1,5 @@
 """Equivalence checks of the engine on an accelerator (run where a CUDA device is lent):
-``python -m gpu.cuda_check --out DIR``. Each check compares against the stock transformers
+``python -m gpu.tools.cuda_check --out DIR``. Each check compares against the stock transformers
 forward on tiny seeded models of every family, in fp32 and bf16; results go to DIR/cuda_check.json.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ import torch
 from transformers import (DynamicCache, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
                           LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
-from .engine import Engine
-from .plan import Plan
+from ..core.engine import Engine
+from ..core.late import every_row_exact
+from ..core.plan import Plan
 
 SMALL = dict(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
              num_attention_heads=4, num_key_value_heads=2, head_dim=16)
@@ -55,7 +56,7 @@ def check_family(name: str, device: str, dtype: torch.dtype, n: int = 48, split:
         cache = DynamicCache(config=model.config)
         x, _ = eng.lower(ids, split, cache)
         rows = torch.arange(n, device=device)
-        h = eng.late(x, x, rows, rows[:0], cache, "ridge", base=0, split=split)
+        h = every_row_exact(eng.adapter, split, x, cache)
         all_exact = eng.adapter.logits(h)[0]
         plan = Plan(n, split, tail, L, np.arange(0, n - tail, 3))
         ident = eng.prefill(ids, plan, "identity").logits
@@ -76,8 +77,8 @@ def check_family(name: str, device: str, dtype: torch.dtype, n: int = 48, split:
 
 def check_selectors(device: str, n: int = 96, split: int = 2, tail: int = 16) -> dict:
     """The row selectors run on the device and choose the rows they choose on the CPU."""
-    from . import select
-    from .prompt import Prompt
+    from ..core import select
+    from ..core.prompt import Prompt
 
     cls, cfg = FAMILIES["llama"]
     torch.manual_seed(0)

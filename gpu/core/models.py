@@ -73,14 +73,34 @@ class Loaded:
         return int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
 
     def fingerprint(self) -> str:
-        """A short hash of the config and the embedding weights: maps are tied to it."""
-        cfg = {k: v for k, v in sorted(self.model.config.to_dict().items())
-               if k not in ("_name_or_path", "dtype", "torch_dtype", "transformers_version",
-                            "quantization_config", "_attn_implementation_autoset")}
-        h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
-        emb = self.model.get_input_embeddings().weight.detach().float()
-        h.update(emb[:64].contiguous().cpu().numpy().tobytes())
-        return h.hexdigest()[:16]
+        """This model's :func:`fingerprint` (what map files are tied to)."""
+        return fingerprint(self.model)
+
+
+_UNTIED_KEYS = ("_name_or_path", "dtype", "torch_dtype", "transformers_version",
+                "quantization_config", "_attn_implementation_autoset")
+
+
+def fingerprint(model: nn.Module) -> str:
+    """A short hash of a model's config and of samples of its stored weights, independent of
+    the dtype and device it was loaded at: 64 embedding rows spread over the vocabulary and
+    strided rows of the last decoder layer's first weight matrix (so a fine-tune and its base
+    differ), each rounded to bf16 (a bf16 load of fp32 weights rounds the same way)."""
+    cfg = {k: v for k, v in sorted(model.config.to_dict().items()) if k not in _UNTIED_KEYS}
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    emb = model.get_input_embeddings().weight
+    h.update(_canonical(emb[torch.linspace(0, emb.shape[0] - 1, 64).long().to(emb.device)]))
+    layers = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    if layers:
+        last = layers[0][-1]
+        weight = next((w for _, w in sorted(last.named_parameters()) if w.ndim == 2), None)
+        if weight is not None:
+            h.update(_canonical(weight[:: max(weight.shape[0] // 16, 1)]))
+    return h.hexdigest()[:16]
+
+
+def _canonical(t: torch.Tensor) -> bytes:
+    return t.detach().to("cpu", torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes()
 
 
 def _convert(builtin: Builtin, target: Path) -> None:

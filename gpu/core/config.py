@@ -1,0 +1,145 @@
+"""One frozen configuration of a RidgeFill prefill (paper sections 2.1-2.4).
+
+Every entry point (the Python API, the ``ridgefill`` CLI, the evaluation's arms, the
+benchmark) builds a :class:`PrefillConfig` and hands it to the engine; the CLI's prefill flags
+are derived from its fields (``--`` + the field name with ``_`` as ``-``, same default), so
+the two cannot drift apart. The configuration is checked once, here; what depends on the
+model or the maps (the split against the depth, the maps' split) is checked where those are
+known (:meth:`PrefillConfig.resolve`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+FILLS = ("ridge", "identity", "none", "exact")
+ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
+# chosen by measurement (issue 9): top of gpu.tools.selector_study's stated ranking on both
+# built-in models, results/selectors/<model>/summary.md
+DEFAULT_ROWS = "lexical"
+RESCALES = ("values", "keys")
+PRECISIONS = ("bf16", "int8")
+# selectors that read the prompt's text (its words, pieces or question): raw ids need a tokenizer
+TEXT_ROWS = ("lexical", "protected", "probe", "combined", "attention")
+
+
+@dataclass(frozen=True)
+class PrefillConfig:
+    """How the late layers treat the prompt; ``split=None`` takes the maps' split.
+
+    ``selector_options`` are keyword options of the ``rows`` selector (gpu.core.select), e.g.
+    ``{"complete": True}`` (span completion) or ``{"count": 50, "seed": 0}`` for
+    ``rows="random"``; a dict is accepted and stored as a sorted tuple of pairs.
+    """
+
+    split: int | None = field(default=None, metadata={
+        "help": "split layer S (default: the maps' split)"})
+    tail: int = field(default=512, metadata={
+        "help": "exact tail length T in tokens (paper default 4096; 512 on the small models)"})
+    fill: str = field(default="ridge", metadata={
+        "choices": FILLS, "help": "ridge: A_l x_S + b_l; identity: POP's x_S; none: no late "
+                                  "entry; exact: the stock forward"})
+    rows: str = field(default=DEFAULT_ROWS, metadata={
+        "choices": ROWS, "help": f"exact prefix rows selector (default {DEFAULT_ROWS}, chosen "
+                                 "by the selector study in results/selectors/)"})
+    selector_options: tuple[tuple[str, Any], ...] = field(default=(), metadata={
+        "help": "selector option KEY=VALUE (repeatable), e.g. complete=true, count=50"})
+    rescale: str | None = field(default=None, metadata={
+        "choices": RESCALES, "help": "rescale the filled values or keys (paper 2.3)"})
+    rescale_rows: int = field(default=512, metadata={
+        "help": "tail rows the rescale is measured on"})
+    correction: bool = field(default=False, metadata={
+        "help": "terminal-state correction on Gated DeltaNet layers (paper 2.3)"})
+    precision: str = field(default="bf16", metadata={
+        "choices": PRECISIONS, "help": "which stored map to use"})
+    stream_maps: bool = field(default=False, metadata={
+        "help": "convert maps one layer at a time instead of keeping them resident"})
+    skip_unread: bool = field(default=True, metadata={
+        "help": "give no entry to filled rows no later query can read (sliding windows)"})
+
+    def __post_init__(self):
+        opts = self.selector_options
+        if isinstance(opts, dict):
+            opts = tuple(sorted(opts.items()))
+            object.__setattr__(self, "selector_options", opts)
+        if not isinstance(opts, tuple) or not all(
+                isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str) for o in opts):
+            raise ValueError(f"selector_options={self.selector_options!r}: give a dict of "
+                             "keyword options, e.g. {'complete': True}")
+        _choice("fill", self.fill, FILLS)
+        _choice("rows", self.rows, ROWS)
+        _choice("precision", self.precision, PRECISIONS)
+        if self.rescale is not None:
+            _choice("rescale", self.rescale, RESCALES)
+        for name in ("tail", "rescale_rows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be at least 1 (an integer): the last "
+                                 "rows of the prompt run exactly (e.g. tail=512)")
+        if self.split is not None and (isinstance(self.split, bool) or
+                                       not isinstance(self.split, int) or self.split < 1):
+            raise ValueError(f"split={self.split!r} must be a layer index >= 1 (paper default: "
+                             "3/8 of depth), or None for the maps' split")
+        if self.rows == "random" and int(dict(opts).get("count", 0)) < 1:
+            raise ValueError("rows='random' selects a count of rows: give "
+                             "selector_options={'count': N} with N >= 1 (CLI: --selector-options "
+                             "count=N)")
+        if self.rows != "none" and self.fill == "exact":
+            object.__setattr__(self, "rows", "none")  # every row is exact: nothing to select
+        if self.correction and self.fill == "identity":
+            raise ValueError("correction=True with fill='identity': DeltaM is measured for the "
+                             "ridge maps; use fill='ridge' or correction=False")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def options(self) -> dict[str, Any]:
+        """The selector's keyword options as a dict."""
+        return dict(self.selector_options)
+
+    @property
+    def needs_maps(self) -> bool:
+        return self.fill == "ridge"
+
+    @property
+    def needs_text(self) -> bool:
+        """True when the row selector reads the prompt's text, not only its ids."""
+        return self.rows in TEXT_ROWS
+
+    def replace(self, **changes) -> "PrefillConfig":
+        """A copy with ``changes`` applied (and checked again)."""
+        return replace(self, **changes)
+
+    def resolve(self, n_layers: int, maps=None) -> "PrefillConfig":
+        """This configuration checked against a model of ``n_layers`` and its ``maps``, with
+        ``split=None`` replaced by the maps' split."""
+        if self.needs_maps and maps is None:
+            raise ValueError("fill='ridge' needs maps: fit them with `ridgefill fit --model M "
+                             "--splits S --out maps.safetensors` and pass them (CLI: --maps)")
+        split = self.split if self.split is not None else getattr(maps, "split", None)
+        if self.fill != "exact" and split is None:
+            raise ValueError(f"fill={self.fill!r} needs a split: pass split=S or maps")
+        if split is not None and not 1 <= split <= n_layers - 1:
+            raise ValueError(f"split={split} is outside 1..{n_layers - 1} for a {n_layers}-layer "
+                             "model; choose a layer between the first and the last (paper "
+                             "default: 3/8 of depth)")
+        if self.needs_maps and maps.split != split:
+            raise ValueError(f"maps were fitted for split {maps.split}, the configuration asks "
+                             f"for split {split}; fit maps for this split or use split="
+                             f"{maps.split}")
+        if self.needs_maps and hasattr(maps, "layers"):
+            missing = sorted(set(range(split + 1, n_layers)) - set(maps.layers))
+            if missing:
+                raise ValueError(f"the maps hold no map for late layers {missing} of this "
+                                 f"{n_layers}-layer model: they were fitted for another model "
+                                 "or the file is incomplete; refit with `ridgefill fit`")
+        return self if split == self.split else replace(self, split=split)
+
+
+def _choice(name: str, value, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r}: choose one of {', '.join(map(repr, allowed))}")
+
+
+def config_fields() -> tuple:
+    """The dataclass fields, in order (for the CLI and its parity test)."""
+    return fields(PrefillConfig)

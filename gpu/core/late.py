@@ -1,0 +1,216 @@
+"""The late layers split..L-1 of one prefill or decoding step (paper sections 2.1-2.3).
+
+New rows are positions ``base .. base + n_new - 1``. ``computed`` rows run the whole layer
+(hidden ``h``); ``filled`` rows only write their cache entry, from the map's prediction of
+``x_split`` (rows indexed like positions - base). Everything a layer needs sits in one frozen
+:class:`Late` context; :func:`run` walks the layers, :func:`attention_layer` and
+:func:`gdn_layer` are one layer each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from rfmath.gating import filled_share
+
+from .adapters import Adapter
+from .attention import attention_probs, masked_attention
+from .cache import exact_entries, read_by_someone
+
+Predict = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, x_S rows) -> predicted input
+
+
+@dataclass(frozen=True)
+class Late:
+    """One walk through the late layers.
+
+    ``cache=None`` writes nothing (the probe's sweep; Gated DeltaNet layers then start from an
+    empty state over the computed rows only). ``fill`` None: filled rows write nothing (no
+    fill, decoding). ``visible`` hides older cache rows (the no-fill arm while decoding);
+    ``received`` (n_keys,) accumulates the attention each key row receives from the computed
+    rows; ``correction`` {layer: DeltaM} is the terminal-state correction on those GDN layers,
+    whose rho goes to ``stats["rho"]``.
+    """
+
+    adapter: Adapter
+    predict: Predict
+    split: int
+    x_split: torch.Tensor            # (1, n_new, C)
+    computed: torch.Tensor           # (n_c,) row indices that run every layer
+    filled: torch.Tensor             # (n_f,) row indices that only write their entry
+    cache: DynamicCache | None
+    fill: str | None                 # "ridge" | "identity" | None (filled rows write nothing)
+    base: int = 0
+    tail_start: int = 0              # first tail row (the end of the prefix)
+    rescale: str | None = None       # "values" | "keys" (paper 2.3)
+    rescale_rows: int = 512
+    splice: str | None = None        # "keys" | "values" | "both" from ``exact_cache``
+    exact_cache: DynamicCache | None = None
+    visible: torch.Tensor | None = None
+    received: torch.Tensor | None = None
+    skip_unread: bool = True
+    correction: dict | None = None
+    stats: dict | None = None
+
+    @property
+    def n_new(self) -> int:
+        return self.x_split.shape[1]
+
+    @property
+    def writes_filled(self) -> bool:
+        return self.fill is not None and self.filled.numel() > 0
+
+    def prediction(self, layer: int, rows: torch.Tensor) -> torch.Tensor:
+        """Predicted input of ``layer`` for x_S rows ``rows`` (layer S's own input is x_S)."""
+        x = self.x_split[:, rows]
+        if self.fill == "identity" or layer == self.split:
+            return x
+        return self.predict(layer, x)
+
+
+def run(ctx: Late, h: torch.Tensor) -> torch.Tensor:
+    """Layers split..L-1; returns the computed rows' hidden state after the last layer."""
+    for layer in range(ctx.split, ctx.adapter.n_layers):
+        if ctx.adapter.layer_info(layer).kind == "gdn":
+            h = gdn_layer(ctx, layer, h)
+        else:
+            h = attention_layer(ctx, layer, h)
+    return h
+
+
+def filled_entries(ctx: Late, layer: int, rows: torch.Tensor, h: torch.Tensor, norm, cos, sin
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values (1, Hkv, n_rows, D) the filled ``rows`` write into ``layer``: the
+    layer's own norm and K/V projections of the prediction, then a rescale or a splice."""
+    ad = ctx.adapter
+    kf, vf = ad.keys_values(layer, norm(ctx.prediction(layer, rows)), cos[:, rows], sin[:, rows])
+    if ctx.rescale is not None:
+        kf, vf = rescaled(ctx, layer, h, norm, cos, sin, kf, vf)
+    if ctx.splice is not None:
+        ek, ev = exact_entries(ctx.exact_cache.layers[layer], rows)
+        if ctx.splice in ("keys", "both"):
+            kf = ek
+        if ctx.splice in ("values", "both"):
+            vf = ev
+    return kf, vf
+
+
+def attention_layer(ctx: Late, layer: int, h: torch.Tensor) -> torch.Tensor:
+    """One attention layer: every new row's cache entry, then the computed rows' attention
+    over the mixed cache (causal, within the layer's window, over visible rows only)."""
+    ad, computed, device = ctx.adapter, ctx.computed, ctx.x_split.device
+    info = ad.layer_info(layer)
+    n_new = ctx.n_new
+    pos_new = torch.arange(ctx.base, ctx.base + n_new, device=device)
+    cos, sin = ad.rope(ctx.x_split, pos_new[None], layer)
+    norm = ad.input_norm(layer)
+    k = ctx.x_split.new_zeros(1, ad.config.num_key_value_heads, n_new, ad.attn(layer).head_dim)
+    v = torch.zeros_like(k)                                          # (1, Hkv, n_new, D)
+    normed = norm(h)
+    k[:, :, computed], v[:, :, computed] = ad.keys_values(layer, normed, cos[:, computed],
+                                                          sin[:, computed])
+    rows_f = ctx.filled
+    if ctx.writes_filled and ctx.skip_unread and info.window is not None:
+        rows_f = read_by_someone(rows_f, computed, n_new, info.window)
+    if ctx.writes_filled and rows_f.numel():
+        k[:, :, rows_f], v[:, :, rows_f] = filled_entries(ctx, layer, rows_f, h, norm, cos, sin)
+    k_all, v_all = (k, v) if ctx.cache is None else ctx.cache.update(k, v, layer)
+    n_keys = k_all.shape[2]
+    key_pos = torch.arange(ctx.base + n_new - n_keys, ctx.base + n_new, device=device)
+    q_pos = pos_new[computed]
+    allowed = key_pos[None, :] <= q_pos[:, None]                     # (n_c, n_keys)
+    if info.window is not None:
+        allowed &= key_pos[None, :] > q_pos[:, None] - info.window
+    seen = torch.zeros(n_keys, dtype=torch.bool, device=device)
+    n_old = n_keys - n_new
+    seen[:n_old] = True if ctx.visible is None else ctx.visible[ctx.visible.numel() - n_old:]
+    seen[n_old + computed] = True
+    if ctx.writes_filled:
+        seen[n_old + rows_f] = True
+    allowed &= seen[None, :]
+    q, gate = ad.queries_gated(layer, normed, cos[:, computed], sin[:, computed])
+    if ctx.received is not None:
+        probs = attention_probs(q, k_all, allowed, ad.scaling(layer))
+        ctx.received[-n_keys:] += probs.sum(dim=(0, 1, 2)).float()
+    out = masked_attention(q, k_all, v_all, allowed, ad.scaling(layer))  # (1, H, n_c, D)
+    out = out.transpose(1, 2).reshape(1, q.shape[2], -1)               # (1, n_c, H*D)
+    return ad.finish(layer, h, out) if gate is None else ad.finish(layer, h, out, gate)
+
+
+def gdn_layer(ctx: Late, layer: int, h: torch.Tensor) -> torch.Tensor:
+    """One Gated DeltaNet layer (paper 2.1, 2.3): the layer's own mixer over the rows present,
+    in order (filled rows from their prediction), then residual and MLP for the computed rows;
+    with a correction, rho * DeltaM is added to the state once, at the end of the prefix."""
+    ad, computed, filled, cache = ctx.adapter, ctx.computed, ctx.filled, ctx.cache
+    if not ctx.writes_filled or cache is None:
+        rows, u = computed, h
+    else:
+        rows = torch.cat([computed, filled]).sort().values
+        u = h.new_empty(1, rows.numel(), h.shape[-1])
+        u[:, torch.searchsorted(rows, computed)] = h
+        u[:, torch.searchsorted(rows, filled)] = ctx.prediction(layer, filled)
+    normed = ad.input_norm(layer)(u)
+    is_filled = torch.ones(rows.numel(), dtype=torch.bool, device=rows.device)
+    is_filled[torch.searchsorted(rows, computed)] = False
+    cut = int((rows < ctx.tail_start).sum())  # rows present before the end of the prefix
+    dM = ctx.correction.get(layer) if ctx.correction is not None else None
+    if dM is None or cache is None or not bool(is_filled[:cut].any()):
+        mixed = ad.mix(layer, normed, cache)
+    else:
+        parts = [ad.mix(layer, normed[:, :cut], cache)]
+        correct_state(ctx, layer, normed[:, :cut], is_filled[:cut], dM)
+        if cut < rows.numel():
+            parts.append(ad.mix(layer, normed[:, cut:], cache))
+        mixed = torch.cat(parts, dim=1)
+    if rows is not computed:
+        mixed = mixed[:, ~is_filled]
+    return ad.finish_mixed(layer, h, mixed)
+
+
+def correct_state(ctx: Late, layer: int, normed: torch.Tensor, is_filled: torch.Tensor,
+                  dM: torch.Tensor) -> None:
+    """Add rho * DeltaM to ``layer``'s recurrent state (paper 2.3; Appendix H): rho is the
+    filled rows' share of the state weight w_j = prod_{k>j} g_k at the end of the prefix,
+    per value head, from the gates this layer computes over the prefix rows ``normed``."""
+    log_g = ctx.adapter.gdn_log_gates(layer, normed)[0].T.double()  # (H_v, cut)
+    gates = log_g.exp().clamp_min(np.finfo(np.float64).tiny).cpu().numpy()
+    rho = np.asarray(filled_share(gates, is_filled.cpu().numpy()), np.float64)
+    state = ctx.cache.layers[layer].recurrent_states[0]            # (1, H_v, d_k, d_v)
+    rho_t = torch.as_tensor(rho, device=state.device, dtype=torch.float32)
+    state.add_((rho_t[:, None, None] * dM.to(state.device, torch.float32))[None].to(state.dtype))
+    if ctx.stats is not None:
+        ctx.stats.setdefault("rho", {})[layer] = rho.tolist()
+
+
+def rescaled(ctx: Late, layer: int, h: torch.Tensor, norm, cos, sin, kf: torch.Tensor,
+             vf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Value/key rescale (paper 2.3): per KV head, the ratio of the exact to the predicted
+    norm averaged over the first ``rescale_rows`` tail rows, applied to the filled entries."""
+    ad, computed = ctx.adapter, ctx.computed
+    tail_rows = computed[computed >= ctx.tail_start][:ctx.rescale_rows]
+    take = torch.searchsorted(computed, tail_rows)
+    k_ex, v_ex = ad.keys_values(layer, norm(h[:, take]), cos[:, tail_rows], sin[:, tail_rows])
+    xp = ctx.prediction(layer, tail_rows)
+    k_pr, v_pr = ad.keys_values(layer, norm(xp), cos[:, tail_rows], sin[:, tail_rows])
+    if ctx.rescale == "values":
+        scale = (v_ex.norm(dim=-1) / v_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
+        return kf, vf * scale[..., None, None]
+    scale = (k_ex.norm(dim=-1) / k_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
+    return kf * scale[..., None, None], vf
+
+
+def every_row_exact(adapter: Adapter, split: int, x_split: torch.Tensor,
+                    cache: DynamicCache | None) -> torch.Tensor:
+    """The late walk with every row of ``x_split`` (1, n, C) computed and none filled: the
+    engine's own late path, which must match the stock forward (the equivalence tests)."""
+    rows = torch.arange(x_split.shape[1], device=x_split.device)
+    ctx = Late(adapter, _no_prediction, split, x_split, rows, rows[:0], cache, None)
+    return run(ctx, x_split)
+
+
+def _no_prediction(layer: int, x: torch.Tensor) -> torch.Tensor:
+    raise AssertionError("a walk without filled rows never predicts")
