@@ -132,3 +132,36 @@ def test_manifest_names_match_the_lean_docstrings():
     for thm in THEOREMS:
         assert decls[thm.name].python == thm.twins
         assert decls[thm.name].test == thm.test
+
+
+def test_lake_builds_every_module_and_ratcheck_is_not_a_default_target():
+    """`lake build` builds the default target RidgeFill, which must reach every module under
+    RidgeFill/; RatCheck is a library of its own that only `lake build RatCheck` builds."""
+    lean_dir = ROOT / "lean"
+    lakefile = lean.strip_comments((lean_dir / "lakefile.lean").read_text(encoding="utf-8"))
+    libs = re.findall(r"(@\[default_target\]\s*)?lean_lib\s+(\w+)", lakefile)
+    assert {name: bool(attr) for attr, name in libs} == {"RidgeFill": True, "RatCheck": False}
+    mods = lean.module_sources(lean_dir)
+    _, deps = lean.import_order(mods)
+    reached, todo = set(), ["RidgeFill"]
+    while todo:
+        m = todo.pop()
+        if m not in reached:
+            reached.add(m)
+            todo.extend(deps[m])
+    assert reached == {m for m in mods if m.startswith("RidgeFill")}
+
+
+def test_ratcheck_computes_no_rat_arithmetic_and_numerals_are_scoped():
+    """RatCheck only instantiates NonVacuous: no native_decide, and its one `decide` compares the
+    integer numerators of 0 and 1. The package's OfNat instances are scoped to RidgeFill."""
+    ratcheck = lean.strip_comments((ROOT / "lean" / "RatCheck.lean").read_text(encoding="utf-8"))
+    assert "native_decide" not in ratcheck
+    assert re.findall(r"\bdecide\b", ratcheck) == ["decide"]
+    assert "absurd (congrArg Rat.num h) (by decide)" in ratcheck
+    assert not re.search(r"^\s*(namespace|open)\s+RidgeFill\b", ratcheck, re.M)
+    ordered = lean.strip_comments(
+        (ROOT / "lean" / "RidgeFill" / "OrderedField.lean").read_text(encoding="utf-8"))
+    instances = re.findall(r"^.*\binstance\b.*$", ordered, re.M)
+    assert len(instances) == 3
+    assert all(line.startswith("scoped instance (priority := low)") for line in instances)
