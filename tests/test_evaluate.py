@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from gpu.eval import grid
+from gpu.eval import units as eu
 from gpu.eval import harness as ev
 from gpu.eval import instruments as ins
 from gpu.core import models
@@ -48,7 +50,7 @@ def mini(tmp_path_factory):
 
 
 def small_cfg(loaded, **kw):
-    base = ev.EvalConfig(loaded.name, (3,), 160, {512: ("niah_single_1",)}, samples=1, docs=1,
+    base = grid.EvalConfig(loaded.name, (3,), 160, {512: ("niah_single_1",)}, samples=1, docs=1,
                          loss_length=256, score_tokens=24, continuation=3,
                          answer_tokens=3, minimum={"samples": 1, "docs": 1, "domains": 1})
     return replace(base, **kw)
@@ -101,8 +103,8 @@ def test_filled_region_filter_and_fixed_set(mini):
     tok = loaded.tokenizer
     cfg = small_cfg(loaded, samples=3, needles={512: ("niah_multivalue", "niah_multiquery")})
     stats: dict = {}
-    units = ev.needle_units(tok, cfg, SyntheticTexts(), stats)
-    again = ev.needle_units(tok, cfg, SyntheticTexts(), {})
+    units = eu.needle_units(tok, cfg, SyntheticTexts(), stats)
+    again = eu.needle_units(tok, cfg, SyntheticTexts(), {})
     assert [u.prompt.ids.tolist() for u in units] == [u.prompt.ids.tolist() for u in again]
     n_prefix_rows = 0
     for u in units:
@@ -117,7 +119,7 @@ def test_filled_region_filter_and_fixed_set(mini):
     for task in ("niah_multivalue", "niah_multiquery"):
         assert stats[f"{task}/512"]["kept"] == 3
         for i in range(stats[f"{task}/512"]["drawn"]):
-            s, p = ev._sample(tok, cfg, task, 512, hay, i, ev._overhead(tok, cfg.chat))
+            s, p = eu.sample(tok, cfg, task, 512, hay, i, eu.overhead(tok, cfg.chat))
             inside = tasks.in_filled_region(s, p.spans, p.n, cfg.tail, p.text.find(s.context))
             assert inside == (f"{task}/512/{i}" in kept)
             rejected += not inside
@@ -129,10 +131,10 @@ def test_loss_masks_and_scorer_wiring(mini, tmp_path):
     loaded, maps = mini["loaded"], mini["maps"]
     cfg = small_cfg(loaded)
     sess = ins.Session(loaded, maps)
-    units = ev.doc_units(loaded.tokenizer, cfg, SyntheticTexts(), {})
+    units = eu.doc_units(loaded.tokenizer, cfg, SyntheticTexts(), {})
     u = units[0]
     names = ("exact", "nofill@3", "ridge@3", "pop@6")
-    arms = [a for a in ev.study_arms(cfg, loaded.n_layers) if a.name in names]
+    arms = [a for a in grid.study_arms(cfg, loaded.n_layers) if a.name in names]
     j = Journal(tmp_path / "r.jsonl")
     ev.run_docs(sess, j, [u], arms, cfg, "fp", progress=False)
     recs = {r["arm"]: r for r in j.records()}
@@ -199,11 +201,11 @@ def test_needle_instrument_scores_the_decoded_answers(mini, monkeypatch):
     loaded, maps = mini["loaded"], mini["maps"]
     cfg = small_cfg(loaded)
     sess = ins.Session(loaded, maps)
-    u = ev.needle_units(loaded.tokenizer, cfg, SyntheticTexts(), {})[0]
+    u = eu.needle_units(loaded.tokenizer, cfg, SyntheticTexts(), {})[0]
     value = u.expected[0]
     answer = loaded.tokenizer(" " + value, add_special_tokens=False).input_ids
     wrong = loaded.tokenizer(" no idea", add_special_tokens=False).input_ids
-    by_name = {a.name: a for a in ev.study_arms(cfg, loaded.n_layers)}
+    by_name = {a.name: a for a in grid.study_arms(cfg, loaded.n_layers)}
     arms = [by_name[n] for n in ("exact", "nofill@3", "ridge+attention@3",
                                  "ridge+attention@3/random")]
     monkeypatch.setattr(ins.Batch, "greedy",  # slots: exact, no fill, selection, control
@@ -235,7 +237,7 @@ def test_needle_answers_stop_once_every_value_is_found(mini):
     exact arm's answer on a real batch is a prefix of its answer with no early stop."""
     loaded, maps = mini["loaded"], mini["maps"]
     sess = ins.Session(loaded, maps)
-    u = ev.needle_units(loaded.tokenizer, small_cfg(loaded), SyntheticTexts(), {})[0]
+    u = eu.needle_units(loaded.tokenizer, small_cfg(loaded), SyntheticTexts(), {})[0]
     arm = ins.Arm("exact", "exact")
     pre = sess.prefill(arm, u.prompt)
     free = sess.engine(None).decode(pre, 12, loaded.tokenizer.eos_token_id)
@@ -316,7 +318,7 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
     monkeypatch.setattr(ins, "needles", needles)
     monkeypatch.setattr(ins, "loss", loss)
     kw = dict(maps=maps, progress=False)
-    arms = ev.study_arms(cfg, loaded.n_layers)
+    arms = grid.study_arms(cfg, loaded.n_layers)
     n_needle = len(arms)
     with pytest.raises(Stop):
         ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), **kw)
@@ -365,7 +367,7 @@ def test_whole_grid_on_a_sliding_window_model(tmp_path):
     fit_kw = {"lambdas": (1e-1,), "doc_tokens": 512, "heldout_docs": 1, "heldout_tokens": 256}
     rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), progress=False,
                             fit_kw=fit_kw, calib=str(minimodel.write_calibration(tmp_path / "c")))
-    arms = ev.study_arms(cfg, loaded.n_layers)
+    arms = grid.study_arms(cfg, loaded.n_layers)
     assert not rep["partial"], rep["partial_reasons"]
     assert rep["counts"]["needle_records"] == len(arms)
     assert rep["counts"]["loss_records"] == len([a for a in arms if not a.blind])

@@ -174,7 +174,6 @@ def test_real_model_fill_off_and_late_path_bitwise(real):
     cache = DynamicCache(config=model.config)
     x_split, _ = eng.lower(ids, split, cache)
     assert torch.equal(x_split, stock.hidden_states[split])
-    rows = torch.arange(ids.shape[1])
     h = every_row_exact(eng.adapter, split, x_split, cache)
     # the stock last hidden state is after the final norm; the lm_head on it gave the logits
     # checked above, so comparing it saves a second (large-vocabulary) lm_head here

@@ -236,7 +236,6 @@ def test_decoding_after_engine_prefill(family_model):
     eng = Engine(model)
     cache = DynamicCache(config=model.config)
     x_split, _ = eng.lower(ids, 1, cache)
-    rows = torch.arange(N)
     h = every_row_exact(eng.adapter, 1, x_split, cache)
     toks, logits = greedy(cache, eng.adapter.logits(h)[0, -1])
     assert toks == ref_toks

@@ -44,7 +44,7 @@ def test_smollm2_fit_and_filled_region_needle(smol, tmp_path):
         s = tasks.make_sample("niah_single_1", 700, 3, hay, smol.tokenizer, index=index,
                               reserve=64)
         p = rf.prompt(s.context, s.question, chat=True)
-        if tasks.in_filled_region(s, p.spans, p.n, rf.tail, char_shift=p.text.find(s.context)):
+        if tasks.in_filled_region(s, p.spans, p.n, rf.config.tail, char_shift=p.text.find(s.context)):
             break
     else:
         pytest.fail("no sample with its needle in the filled region")

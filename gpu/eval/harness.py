@@ -32,232 +32,25 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from ..data import corpus
 from . import instruments as ins
 from ..core import models
-from ..core import prompt as prompts
 from . import tasks
 from .instruments import Arm, Session
+from .grid import EvalConfig, preset_for, study_arms
 from .journal import Journal
 from .loss_masks import novel_token_mask
-
-SPLICES = ("keys", "values", "both")
-
-
-# ----------------------------------------------------------------------------- config
-@dataclass
-class EvalConfig:
-    """One model's grid. ``splits[0]`` is the primary split (3/8 of depth)."""
-
-    model: str
-    splits: tuple[int, ...]
-    tail: int
-    needles: dict[int, tuple[str, ...]]       # prompt length -> tasks
-    samples: int = 20                          # filled-region samples per task and length
-    docs: int = 24                             # long documents for loss and agreement
-    loss_length: int = 4096                    # tokens of each document used
-    score_tokens: int = 256                    # the scored final stretch (inside the tail)
-    continuation: int = 32                     # exact greedy tokens for agreement / KL
-    answer_tokens: int = 128                   # new tokens per answer at most (RULER's NIAH)
-    chat: bool = True                          # chat template (instruct models)
-    answer_prefix: bool = True                 # RULER's answer prefix ends the prompt
-    seed: int = 0
-    calib_tokens: int = 40_000
-    max_draws: int = 25                        # candidates drawn per wanted sample, at most
-    instruments: tuple[str, ...] = ("needle", "loss")
-    minimum: dict = field(default_factory=lambda: {"samples": 20, "docs": 24, "domains": 4})
-
-    @property
-    def key_window(self) -> int:
-        """W: key tokens compare exact loss with the context cut to the last W tokens before
-        the scored stretch, which removes the whole prefix (the cut run is the tail)."""
-        return self.tail - self.score_tokens
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["needles"] = {str(k): list(v) for k, v in self.needles.items()}
-        d["key_window"] = self.key_window
-        return d
-
-
-def depth(fraction: float, n_layers: int) -> int:
-    return int(round(fraction * n_layers))
-
-
-def study_config(model: str, n_layers: int, *, chat: bool = True) -> EvalConfig:
-    """The grid of issue 5 for the built-in models (any other model: smollm2's shape, chat
-    prompts as ``chat`` says)."""
-    if model == "gemma3-270m":  # base model, QK-norm: completion prompts, tail 1,024
-        return EvalConfig(model, (depth(3 / 8, n_layers),), 1024,
-                          {4096: tasks.TASKS, 8192: tasks.TASKS}, loss_length=8192,
-                          score_tokens=512, chat=False)
-    return EvalConfig(model, (depth(3 / 8, n_layers), depth(1 / 2, n_layers)), 512,
-                      {2048: tasks.TASKS, 4096: tasks.TASKS, 8192: ("niah_single_1",)},
-                      loss_length=4096, score_tokens=256, chat=chat)
-
-
-def preset_for(loaded) -> EvalConfig:
-    """``study_config`` of a loaded model: chat prompts iff its tokenizer has a chat template
-    (smollm2-135m-Instruct has one; a base model gets plain completions)."""
-    chat = getattr(loaded.tokenizer, "chat_template", None) is not None
-    return study_config(loaded.name, loaded.n_layers, chat=chat)
-
-
-def study_arms(cfg: EvalConfig, n_layers: int) -> list[Arm]:
-    """Every arm at the primary split (controls beside each selected-rows arm, splices),
-    exact / identity / RidgeFill at the others; in run order (a selection before the
-    controls that copy its count)."""
-    S, T = cfg.splits[0], cfg.tail
-    pop = n_layers - n_layers // 3
-    arms = [Arm("exact", "exact", label="exact"),
-            Arm(f"nofill@{S}", "none", S, T, label="no fill"),
-            Arm(f"identity@{S}", "identity", S, T, label="identity (POP's fill)"),
-            Arm(f"pop@{pop}", "identity", pop, 1, label="POP native"),
-            Arm(f"ridge@{S}", "ridge", S, T, label="RidgeFill")]
-    for rows, what in (("attention", "attention rows"), ("probe", "probe rows")):
-        base = f"ridge+{rows}@{S}"
-        arms += [Arm(base, "ridge", S, T, rows, label=f"RidgeFill + {what}"),
-                 Arm(f"{base}/random", "ridge", S, T, rows, control="random", of=base,
-                     label=f"  control: random rows, count of {what}"),
-                 Arm(f"{base}/tail", "ridge", S, T, rows, control="tail", of=base,
-                     label="  control: same count added to the tail"),
-                 Arm(f"{base}/blind", "ridge", S, T, rows, blind=True,
-                     label=f"  control: {what}, question hidden")]
-    arms += [Arm(f"ridge@{S}/splice-{w}", "ridge", S, T, splice=w, label=f"RidgeFill, exact {w}")
-             for w in SPLICES]
-    for s in cfg.splits[1:]:
-        arms += [Arm(f"identity@{s}", "identity", s, T, label="identity (POP's fill)"),
-                 Arm(f"ridge@{s}", "ridge", s, T, label="RidgeFill")]
-    return arms
-
-
-def _sig(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-# ----------------------------------------------------------------------------- texts
-class CorpusTexts:
-    """The installed texts: eval-role haystacks and whole eval-role documents."""
-
-    name = "builtin"
-
-    def haystack(self, min_chars: int, seed: int) -> str:
-        return corpus.haystack_text(min_chars, seed)
-
-    def documents(self, min_chars: int) -> list[corpus.Document]:
-        return corpus.eval_documents(chunked=False, min_chars=min_chars)
-
-
-def pick_documents(docs, n: int, seed: int, tok, length: int) -> list:
-    """``n`` documents of at least ``length`` tokens, dealt round-robin across domains in a
-    seeded order, so any prefix of the list mixes the domains."""
-    by_domain: dict[str, list] = {}
-    for d in sorted(docs, key=lambda d: hashlib.sha256(f"{seed}:{d.doc_id}".encode()).hexdigest()):
-        by_domain.setdefault(d.domain, []).append(d)
-    queues = [by_domain[k] for k in sorted(by_domain)]
-    out = []
-    while len(out) < n and any(queues):
-        for q in queues:
-            while q and len(out) < n:
-                d = q.pop(0)
-                if len(tok(d.text[: length * 12], add_special_tokens=False).input_ids) >= length:
-                    out.append(d)
-                    break
-    return out
-
-
-# ----------------------------------------------------------------------------- units
-@dataclass
-class Unit:
-    """One needle sample or one document, tokenized once for every arm."""
-
-    kind: str
-    id: str
-    prompt: prompts.Prompt
-    sig: str
-    stratum: str
-    seed: int = 0
-    expected: list = field(default_factory=list)
-    needle_rows: list = field(default_factory=list)
-    max_new_tokens: int = 0
-    start: int = 0
-    meta: dict = field(default_factory=dict)
-
-
-def _overhead(tok, chat: bool) -> int:
-    longest = "The special magic numbers for wandering-umbrella, " * 3 + "mentioned in the text are"
-    return prompts.build(tok, "x", "x", chat=chat, answer_prefix=longest).n + 8
-
-
-def _sample(tok, cfg: EvalConfig, task: str, length: int, hay: str, index: int, reserve: int):
-    """Sample ``index`` and its rendered prompt, at most ``length`` tokens with the template
-    and the answer prefix (the haystack shrinks when they take more than ``reserve``; the
-    sample's needles, keys and depths depend on its seed and index alone)."""
-    for _ in range(3):
-        s = tasks.make_sample(task, length, cfg.seed, hay, tok, index=index, reserve=reserve)
-        p = prompts.build(tok, s.context, s.question, chat=cfg.chat,
-                          answer_prefix=s.answer_prefix if cfg.answer_prefix else "")
-        if p.n <= length:
-            break
-        reserve += p.n - length + 2
-    return s, p
-
-
-def needle_units(tok, cfg: EvalConfig, texts, stats: dict) -> list[Unit]:
-    """The fixed filled-region sample set: for each task and length, the first
-    ``cfg.samples`` seeded samples whose needles all lie before the exact tail."""
-    units: dict[tuple, Unit] = {}
-    reserve = _overhead(tok, cfg.chat)
-    for length, names in sorted(cfg.needles.items()):
-        hay = texts.haystack(length * 8, cfg.seed)
-        for task in names:
-            got, i = 0, 0
-            while got < cfg.samples and i < cfg.samples * cfg.max_draws:
-                s, p = _sample(tok, cfg, task, length, hay, i, reserve)
-                i += 1
-                shift = p.text.find(s.context)
-                if p.n > length or not tasks.in_filled_region(s, p.spans, p.n, cfg.tail, shift):
-                    continue
-                rows = sorted({r for pos in tasks.needle_token_positions(s, p.spans, shift)
-                               for r in pos})
-                units[(length, got, task)] = Unit(
-                    "needle", f"{task}/{length}/{s.index}", p, _sig(p.ids[0].tolist(), s.expected),
-                    f"{task}/{length}", s.seed, s.expected, rows,
-                    cfg.answer_tokens, meta={"task": task, "length": length})
-                got += 1
-            stats[f"{task}/{length}"] = {"kept": got, "drawn": i}
-    return [units[k] for k in sorted(units)]  # by length, then index, then task
-
-
-def doc_units(tok, cfg: EvalConfig, texts, stats: dict) -> list[Unit]:
-    """``cfg.docs`` documents cut to their first ``loss_length`` tokens (BOS kept); the
-    last ``score_tokens`` are scored; selectors read the rows before that stretch."""
-    N, s = cfg.loss_length, cfg.score_tokens
-    docs = pick_documents(texts.documents(N * 3), cfg.docs, cfg.seed, tok, N)
-    out = []
-    for d in docs:
-        p = prompts.build(tok, d.text[: N * 12])
-        if p.n < N:
-            continue
-        cut = prompts.Prompt(p.ids[:, :N], p.text, p.spans[:N], p.pieces[:N],
-                             p.special[p.special < N], N - s)
-        seed = int(_sig(cfg.seed, d.doc_id)[:8], 16)  # the random control's rows, per document
-        out.append(Unit("doc", d.doc_id, cut, _sig(cut.ids[0].tolist(), seed), d.domain, seed,
-                        start=N - s, meta={"domain": d.domain}))
-    stats["docs"] = {"kept": len(out), "domains": sorted({u.stratum for u in out})}
-    return out
-
+from .units import CorpusTexts, Unit, doc_units, needle_units, sig
 
 # ----------------------------------------------------------------------------- running
 def _key(unit: Unit, arm: Arm, extra) -> str:
-    return f"{unit.kind}|{unit.id}|{arm.name}|{_sig(arm.spec(), unit.sig, extra)}"
+    return f"{unit.kind}|{unit.id}|{arm.name}|{sig(arm.spec(), unit.sig, extra)}"
 
 
 def run_needles(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm],
@@ -361,7 +154,7 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     mdir = root / "maps"
     mdir.mkdir(parents=True, exist_ok=True)
     (mdir / ".gitignore").write_text("*\n")  # map files are large and rebuilt on demand
-    out = mdir / f"maps-{_sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}.safetensors"
+    out = mdir / f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}.safetensors"
     splits = sorted(cfg.splits)
     paths = {s: output_path(out, s, len(splits)) for s in splits}
     if not all(p.is_file() for p in paths.values()):
@@ -404,7 +197,7 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     journal = Journal(root / "records.jsonl")
     if maps is None:
         maps = ensure_maps(loaded, cfg, root, calib, progress, **(fit_kw or {}))
-    fingerprint = _sig(record_identity(loaded.model), {s: m.meta.get("lambda") for s, m in maps.items()},
+    fingerprint = sig(record_identity(loaded.model), {s: m.meta.get("lambda") for s, m in maps.items()},
                        cfg.chat, cfg.answer_prefix)
     arms = arms if arms is not None else study_arms(cfg, loaded.n_layers)
     sess = Session(loaded, maps, lower_splits={a.split for a in arms if a.split is not None})

@@ -55,7 +55,6 @@ def check_family(name: str, device: str, dtype: torch.dtype, n: int = 48, split:
         off = eng.prefill(ids, None, "exact").logits
         cache = DynamicCache(config=model.config)
         x, _ = eng.lower(ids, split, cache)
-        rows = torch.arange(n, device=device)
         h = every_row_exact(eng.adapter, split, x, cache)
         all_exact = eng.adapter.logits(h)[0]
         plan = Plan(n, split, tail, L, np.arange(0, n - tail, 3))

@@ -42,7 +42,9 @@ from rfmodel.atomic import write_json, write_text
 from ..eval import harness as ev
 from ..core import models
 from ..core import select
+from ..eval.grid import EvalConfig, preset_for
 from ..eval.instruments import Arm, Session
+from ..eval.units import CorpusTexts, needle_units
 
 SELECTORS = {  # name -> (gpu.core.select name, options, label)
     "attention": ("attention", (("complete", True), ("share", 0.10)),
@@ -338,10 +340,10 @@ def plot(summ: dict, path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- main
-def study_config(loaded, a) -> tuple[ev.EvalConfig, ev.EvalConfig]:
+def study_config(loaded, a) -> tuple[EvalConfig, EvalConfig]:
     """(the harness preset, this study's grid): primary split, ``--tail``, needles at
     ``--lengths``, and ``--docs`` documents of ``--loss-length`` tokens for loss."""
-    preset = ev.preset_for(loaded)
+    preset = preset_for(loaded)
     score = min(preset.score_tokens, a.tail // 2)
     cfg = replace(preset, splits=preset.splits[:1], tail=a.tail,
                   needles={n: tuple(a.tasks) for n in a.lengths}, samples=a.samples,
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                                  split=S, dtype=loaded.model.dtype, device=loaded.model.device)}
         maps = maps or ev.ensure_maps(loaded, cfg, a.out_dir / loaded.name, progress=not a.quiet)
         arms = arms_for(S, T, tuple(a.controls), tuple(a.selectors))
-        rep = ev.evaluate_model(loaded, cfg, a.out_dir, ev.CorpusTexts(), maps=maps,
+        rep = ev.evaluate_model(loaded, cfg, a.out_dir, CorpusTexts(), maps=maps,
                                 command=command, progress=not a.quiet, preset=preset, arms=arms)
         sessions = [r for r in Journal(a.out_dir / loaded.name / "records.jsonl").records()
                     if r.get("instrument") == "session"]  # a resumed run counts every session
@@ -411,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = f"{timing_command}` (timing); summary rebuilt by `{command}"
         else:
             sess = Session(loaded, maps, reuse_lower=False)  # every prefill runs its own
-            units = [u for u in ev.needle_units(loaded.tokenizer, cfg, ev.CorpusTexts(), {})
+            units = [u for u in needle_units(loaded.tokenizer, cfg, CorpusTexts(), {})
                      if u.meta["length"] == max(a.lengths)]
             timing = time_arms(sess, units, arms, a.timing_units) if a.timing_units else {}
             timing_s, threads = time.time() - t1, torch.get_num_threads()

@@ -5,14 +5,14 @@ from torch import nn
 
 from .base import Adapter, LayerInfo
 from .gemma3 import Gemma3Adapter
-from .llama import LlamaAdapter
+from .llama import LlamaAdapter, MistralAdapter
 from .qwen3 import Qwen3Adapter
 from .qwen3_5 import Qwen3_5Adapter
 from .qwen3_next import Qwen3NextAdapter
 
 ADAPTERS: dict[str, type[Adapter]] = {
     "llama": LlamaAdapter,
-    "mistral": LlamaAdapter,
+    "mistral": MistralAdapter,
     "qwen2": LlamaAdapter,
     "qwen3": Qwen3Adapter,
     "gemma3_text": Gemma3Adapter,

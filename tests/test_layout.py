@@ -1,0 +1,126 @@
+"""The layout shows the architecture (issue 18; DESIGN.md "What lives where"): imports inside
+gpu/ point one way (tools/eval -> maps/data -> core), no package reaches into another's
+private names, and no module outgrows a screenful of concepts."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = ROOT / "gpu"
+MAX_LINES = 450  # "no module over ~400 lines"
+# what each part of gpu/ may not import (prefixes of absolute module names)
+FORBIDDEN = {
+    "gpu.core": ("gpu.maps", "gpu.data", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
+    "gpu.maps": ("gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
+    "gpu.data": ("gpu.core", "gpu.maps", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
+    "gpu.eval": ("gpu.tools", "gpu.cli"),
+}
+PACKAGES = ("rfmath", "rfmodel", "gpu", "proofs_check")
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _main_guard(node: ast.AST) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+
+
+def imports(path: Path):
+    """(imported module, names, line) of every import outside ``if __name__ == ...`` blocks,
+    as absolute module names (``from . import x`` gives module.x)."""
+    module = _module(path)
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for top in ast.walk(tree) if _main_guard(top) for n in ast.walk(top)}
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            target = _absolute(module, path.name == "__init__.py", node)
+            names = [a.name for a in node.names]
+            yield target, names, node.lineno
+            for n in names:  # "from gpu import core" imports the module gpu.core
+                yield f"{target}.{n}", [], node.lineno
+
+
+def _owner(module: str) -> str:
+    """The unit whose privates are its own: gpu's subpackages, or a top-level package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "gpu" and len(parts) > 2 else parts[0]
+
+
+GPU_FILES = sorted(GPU.rglob("*.py"))
+ALL_FILES = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+
+
+@pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_gpu_imports_point_one_way(path):
+    module = _module(path)
+    part = ".".join(module.split(".")[:2])
+    for target, _, line in imports(path):
+        for bad in FORBIDDEN.get(part, ()):
+            assert not (target == bad or target.startswith(bad + ".")), (
+                f"{module} imports {target} (line {line}): {part} may not import {bad}")
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_names_across_packages(path):
+    module = _module(path)
+    mine = _owner(module)
+    aliases: dict[str, str] = {}
+    for target, names, line in imports(path):
+        if target.split(".")[0] not in PACKAGES:
+            continue
+        for n in names:
+            if n.startswith("_") and not n.startswith("__") and _owner(target) != mine:
+                pytest.fail(f"{module} imports private {target}.{n} (line {line})")
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = _absolute(module, path.name == "__init__.py", node)
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{target}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            target = aliases.get(node.value.id)
+            if target and target.split(".")[0] in PACKAGES and _owner(target) != mine:
+                pytest.fail(f"{module} reads private {target}.{node.attr} (line {node.lineno})")
+
+
+def test_core_does_not_import_the_harness_at_run_time():
+    """The same rule, checked on what Python actually loads."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gpu.core.engine, gpu.core.select, gpu.core.config, gpu.core.models;"
+            "print(sorted(m for m in sys.modules if m.startswith(('gpu.maps', 'gpu.data', "
+            "'gpu.eval', 'gpu.tools'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_stay_small(path):
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(ROOT)} has {n} lines; split it by concept"
