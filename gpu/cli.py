@@ -209,10 +209,14 @@ def main(argv: list[str] | None = None) -> int:
             return run(a.model, a.device, a.out_dir)
         if a.command == "bench":
             from .tools.bench import run
-            return run(a)
+            return run(a.models, lengths=a.lengths, repeats=a.repeats, device=a.device,
+                       random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir)
         if a.command == "eval":
             from .eval.harness import run
-            return run(a)
+            return run(a.what, out_dir=a.out_dir, models_=a.models, device=a.device,
+                       threads=a.threads, quiet=a.quiet, samples=a.samples, docs=a.docs,
+                       lengths=a.lengths, tasks_=a.tasks, loss_length=a.loss_length,
+                       continuation=a.continuation, instruments=a.instruments, seed=a.seed)
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FetchError) as e:
         print(f"ridgefill {a.command}: error: {_flags_named(str(e))}", file=sys.stderr)
         return 2

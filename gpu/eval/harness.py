@@ -279,27 +279,31 @@ def run_mini(out_dir: Path, progress: bool = True, device: str | None = "cpu") -
 
 
 # ----------------------------------------------------------------------------- CLI
-def _override(cfg: EvalConfig, args) -> EvalConfig:
+def _override(cfg: EvalConfig, samples: int | None = None, docs: int | None = None,
+              lengths: list[int] | None = None, tasks_: list[str] | None = None,
+              loss_length: int | None = None, continuation: int | None = None,
+              instruments: list[str] | None = None, seed: int | None = None) -> EvalConfig:
+    """The preset with the command line's overrides (None: keep the preset's value)."""
     kw = {}
-    if getattr(args, "samples", None):
-        kw["samples"] = args.samples
-    if getattr(args, "docs", None) is not None:
-        kw["docs"] = args.docs
-    if getattr(args, "lengths", None):
-        keep = {n: t for n, t in cfg.needles.items() if n in args.lengths}
-        kw["needles"] = keep or {n: tasks.TASKS for n in args.lengths}
-    if getattr(args, "tasks", None):
+    if samples:
+        kw["samples"] = samples
+    if docs is not None:
+        kw["docs"] = docs
+    if lengths:
+        keep = {n: t for n, t in cfg.needles.items() if n in lengths}
+        kw["needles"] = keep or {n: tasks.TASKS for n in lengths}
+    if tasks_:
         base = kw.get("needles", cfg.needles)
-        kw["needles"] = {n: tuple(t for t in ts if t in args.tasks) for n, ts in base.items()}
+        kw["needles"] = {n: tuple(t for t in ts if t in tasks_) for n, ts in base.items()}
         kw["needles"] = {n: ts for n, ts in kw["needles"].items() if ts}
-    if getattr(args, "loss_length", None):
-        kw["loss_length"] = args.loss_length
-    if getattr(args, "continuation", None) is not None:
-        kw["continuation"] = args.continuation
-    if getattr(args, "instruments", None):
-        kw["instruments"] = tuple(args.instruments)
-    if getattr(args, "seed", None) is not None:
-        kw["seed"] = args.seed
+    if loss_length:
+        kw["loss_length"] = loss_length
+    if continuation is not None:
+        kw["continuation"] = continuation
+    if instruments:
+        kw["instruments"] = tuple(instruments)
+    if seed is not None:
+        kw["seed"] = seed
     return replace(cfg, **kw)
 
 
@@ -307,28 +311,31 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def run(args) -> int:
-    what = getattr(args, "what", "study") or "study"
-    progress = not getattr(args, "quiet", False)
-    if getattr(args, "threads", None):
-        torch.set_num_threads(args.threads)  # on a shared CPU, 1 thread is often fastest
+def run(what: str = "study", *, out_dir: Path = Path("results"), models_: list[str] | None = None,
+        device: str | None = None, threads: int | None = None, quiet: bool = False,
+        **overrides) -> int:
+    """``ridgefill eval study|mini``; ``overrides`` are :func:`_override`'s (samples, docs,
+    lengths, tasks_, loss_length, continuation, instruments, seed)."""
+    progress = not quiet
+    if threads:
+        torch.set_num_threads(threads)  # on a shared CPU, 1 thread is often fastest
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)  # a killed run still records its session
     if what == "mini":
-        out = Path(args.out_dir) if str(args.out_dir) != "results" else Path("out/eval-mini")
-        rep = run_mini(out, progress, getattr(args, "device", None))
+        out = Path(out_dir) if str(out_dir) != "results" else Path("out/eval-mini")
+        rep = run_mini(out, progress, device)
         print(f"mini eval: {rep['counts']['records']} records -> {out / rep['model']}/report.md")
         return 0
     if what != "study":
         raise ValueError(f"ridgefill eval {what!r}: choose 'study' or 'mini'")
-    names = args.models or ["smollm2-135m", "gemma3-270m"]
+    names = models_ or ["smollm2-135m", "gemma3-270m"]
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval study"
     for name in names:
-        loaded = models.load(name, device=getattr(args, "device", None))
+        loaded = models.load(name, device=device)
         preset = preset_for(loaded)
-        cfg = _override(preset, args)
-        rep = evaluate_model(loaded, cfg, Path(args.out_dir), CorpusTexts(), command=command,
+        cfg = _override(preset, **overrides)
+        rep = evaluate_model(loaded, cfg, Path(out_dir), CorpusTexts(), command=command,
                              progress=progress, preset=preset)
         print(f"{name}: {rep['counts']['records']} records"
-              f"{' (PARTIAL)' if rep['partial'] else ''} -> {Path(args.out_dir) / name}/report.md")
+              f"{' (PARTIAL)' if rep['partial'] else ''} -> {Path(out_dir) / name}/report.md")
     return 0

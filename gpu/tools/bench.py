@@ -207,16 +207,19 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run(args) -> int:
-    if args.kernels:
+def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5,
+        device: str | None = None, random_weights: bool = False, kernels: bool = False,
+        out_dir: Path = Path("results/bench")) -> int:
+    """``ridgefill bench``: every model at its lengths (or ``lengths``), then the kernels."""
+    if kernels:
         from rfmodel.bench import run_kernel_bench
         run_kernel_bench()
     records = []
-    for name in args.models:
-        records += bench_model(name, args.lengths, args.repeats, args.device, args.random_weights)
+    for name in models:
+        records += bench_model(name, lengths, repeats, device, random_weights)
     dev = records[0]["device"].split(":")[0]
-    out = Path(args.out_dir) / dev
-    info = {"command": "ridgefill bench " + " ".join(args.models), "machine": platform.platform(),
+    out = Path(out_dir) / dev
+    info = {"command": "ridgefill bench " + " ".join(models), "machine": platform.platform(),
             "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
             "load_average_after": os.getloadavg(),
