@@ -1,7 +1,23 @@
-"""Torch backend: real models, capture and fit, RidgeFill prefill, evaluation, benchmark, CLI."""
+"""RidgeFill on torch: the public face (paper sections 2.1-2.4).
+
+    from gpu import PrefillConfig, RidgeFill, RidgeFillPress, load_maps, prefill
+
+``prefill(model, input_ids, maps, config, tokenizer)`` returns an ordinary transformers Cache;
+``RidgeFillPress(maps, config, tokenizer)(model)`` is a context manager around a stock model's
+``generate``; ``RidgeFill`` is the convenience class over a built-in or local model. The
+packages: ``core`` (the engine), ``maps`` (map files, fit), ``data`` (texts), ``eval`` (the
+research harness), ``tools`` (bench, demo, studies), ``cli``.
+"""
 from importlib.metadata import PackageNotFoundError, version
 
 try:
     __version__ = version("ridgefill")
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.1.0+src"
+
+from .api import RidgeFill  # noqa: E402
+from .core.config import PrefillConfig  # noqa: E402
+from .maps.files import load_maps  # noqa: E402
+from .press import RidgeFillPress, prefill  # noqa: E402
+
+__all__ = ["PrefillConfig", "RidgeFill", "RidgeFillPress", "load_maps", "prefill", "__version__"]

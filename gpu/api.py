@@ -20,7 +20,9 @@ from .core import models
 from .core import prompt as prompts
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
+from .conversation import Conversation
 from .maps.files import MapSet, load_maps
+from .press import run_prefill
 
 
 @dataclass
@@ -123,14 +125,15 @@ class RidgeFill:
         ``model.generate(input_ids, cache=cache)`` decodes the way users already do (the last
         prompt token then runs as the first full-depth step). Text-reading row selectors read
         the ids' decoded text (the loaded tokenizer), so the rows are those ``prefill`` picks
-        for the same tokens."""
-        ids = input_ids[:, :-1]
-        p = prompts.from_ids(self.loaded.tokenizer, ids) if self.loaded.tokenizer is not None else None
-        pre = self.engine.run(ids, self.config, prompt=p)
-        if pre.visible is not None:
-            raise ValueError("fill='none' leaves filled rows without late-layer entries, which "
-                             "an ordinary cache cannot hide; use RidgeFill.generate instead")
-        return pre.cache
+        for the same tokens (gpu.prefill on a stock model does the same)."""
+        return run_prefill(self.engine, input_ids[:, :-1], self.config, self.loaded.tokenizer).cache
+
+    def chat(self, document: str, *, chat: bool | None = None) -> Conversation:
+        """A conversation over ``document`` (paper Appendix D): the document is prefilled once
+        with RidgeFill, then every question and answer runs at full depth on the carried
+        cache; the exact rows are chosen once, from the document alone. ``chat``: wrap the
+        turns in the model's chat template (default: when the tokenizer has one)."""
+        return Conversation(self, document, chat)
 
 
 def _config(config: PrefillConfig | None, settings: dict) -> PrefillConfig:

@@ -119,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="time to first token: exact vs RidgeFill, alternating")
     b.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
     b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--split", type=int, help="split layer (default per model)")
+    b.add_argument("--tail", type=int, help="exact tail (default per model)")
     b.add_argument("--lengths", type=int, nargs="+", help="prompt lengths (default per model)")
     b.add_argument("--out-dir", type=Path, default=Path("results/bench"))
     b.add_argument("--device", default=None)
@@ -210,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "bench":
             from .tools.bench import run
             return run(a.models, lengths=a.lengths, repeats=a.repeats, device=a.device,
-                       random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir)
+                       random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir,
+                       split=a.split, tail=a.tail)
         if a.command == "eval":
             from .eval.harness import run
             return run(a.what, out_dir=a.out_dir, models_=a.models, device=a.device,

@@ -108,12 +108,13 @@ def test_no_private_names_across_packages(path):
 
 
 def test_core_does_not_import_the_harness_at_run_time():
-    """The same rule, checked on what Python actually loads."""
+    """The same rule, checked on what Python actually loads (gpu/__init__ itself loads the
+    public face, gpu.maps.files among it, so only the harness side is checked here)."""
     import subprocess
     import sys
 
     code = ("import sys, gpu.core.engine, gpu.core.select, gpu.core.config, gpu.core.models;"
-            "print(sorted(m for m in sys.modules if m.startswith(('gpu.maps', 'gpu.data', "
+            "print(sorted(m for m in sys.modules if m.startswith(('gpu.maps.fit', 'gpu.data', "
             "'gpu.eval', 'gpu.tools'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr

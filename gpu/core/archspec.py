@@ -5,6 +5,8 @@ from rfmath.cost import Arch
 
 
 def arch_of(config) -> Arch:
+    """The decoder's shape (the text config of a multimodal checkpoint)."""
+    config = config.get_text_config()
     types = getattr(config, "layer_types", None)
     kinds = None
     if types is not None:

@@ -76,3 +76,25 @@ def read_by_someone(filled: torch.Tensor, computed: torch.Tensor, n: int, window
     nxt = nxt.sort().values
     idx = torch.searchsorted(nxt, filled)  # first computed/decode position >= filled row
     return filled[(nxt[idx] - filled) < window]
+
+
+def outside_inference(cache: DynamicCache) -> DynamicCache:
+    """``cache`` with every tensor a layer holds cloned outside inference mode, so stock code
+    that updates states in place (a Gated DeltaNet layer during ``generate``) may do so. The
+    engine runs under ``torch.inference_mode``, whose tensors refuse in-place updates later."""
+    with torch.inference_mode(False):
+        for layer in cache.layers:
+            for name, value in vars(layer).items():
+                setattr(layer, name, _cloned(value))
+    return cache
+
+
+def _cloned(value):
+    """Tensors (also inside lists, tuples and dicts: GDN states) cloned, the rest as is."""
+    if isinstance(value, torch.Tensor):
+        return value.clone() if value.is_inference() else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cloned(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _cloned(v) for k, v in value.items()}
+    return value

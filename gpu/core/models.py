@@ -14,6 +14,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .adapters import for_model
+
 
 def cache_dir() -> Path:
     """Root of everything RidgeFill caches (env RIDGEFILL_CACHE, default ~/.cache/ridgefill)."""
@@ -66,11 +68,11 @@ class Loaded:
 
     @property
     def n_layers(self) -> int:
-        return int(self.model.config.num_hidden_layers)
+        return int(self.model.config.get_text_config().num_hidden_layers)
 
     @property
     def max_context(self) -> int:
-        return int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 1 << 30))
 
     def fingerprint(self) -> str:
         """This model's :func:`fingerprint` (what map files are tied to)."""
@@ -90,12 +92,10 @@ def fingerprint(model: nn.Module) -> str:
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     emb = model.get_input_embeddings().weight
     h.update(_canonical(emb[torch.linspace(0, emb.shape[0] - 1, 64).long().to(emb.device)]))
-    layers = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
-    if layers:
-        last = layers[0][-1]
-        weight = next((w for _, w in sorted(last.named_parameters()) if w.ndim == 2), None)
-        if weight is not None:
-            h.update(_canonical(weight[:: max(weight.shape[0] // 16, 1)]))
+    last = for_model(model).layers[-1]
+    weight = next((w for _, w in sorted(last.named_parameters()) if w.ndim == 2), None)
+    if weight is not None:
+        h.update(_canonical(weight[:: max(weight.shape[0] // 16, 1)]))
     return h.hexdigest()[:16]
 
 

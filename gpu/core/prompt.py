@@ -33,13 +33,18 @@ def build(tokenizer, body: str, question: str = "", *, chat: bool = False,
     else:
         bos = tokenizer.bos_token if getattr(tokenizer, "add_bos_token", True) and tokenizer.bos_token else ""
         text = bos + user + answer_prefix
+    return build_text(tokenizer, text, question)
+
+
+def build_text(tokenizer, text: str, question: str = "") -> Prompt:
+    """The Prompt of an already rendered ``text`` (template and special tokens written out);
+    ``question``, when given, is the last occurrence of that string in the text."""
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = enc["input_ids"]
     spans = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     special = special_rows(tokenizer, ids)
     q_char = text.rfind(question) if question else len(text)
-    starts = spans[:, 0]
-    question_row = int(np.searchsorted(starts, q_char)) if question else len(ids)
+    question_row = int(np.searchsorted(spans[:, 0], q_char)) if question else len(ids)
     return Prompt(torch.tensor([ids]), text, spans, tokenizer.convert_ids_to_tokens(ids), special,
                   question_row)
 

@@ -153,7 +153,7 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     """The capture pass: moments for every split, resumable, sharded under torchrun."""
     tok, model = loaded.tokenizer, loaded.model
     engine = Engine(model)
-    L, d = loaded.n_layers, model.config.hidden_size
+    L, d = loaded.n_layers, model.config.get_text_config().hidden_size
     first = min(opts.splits)
     dist = _dist(model.device)
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist else (0, 1)
@@ -167,7 +167,7 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
         moments, unigram, done, log = resumed
     else:
         moments = {s: RidgeMoments(d, {l: d for l in range(s + 1, L)}) for s in opts.splits}
-        unigram = np.zeros(model.config.vocab_size, np.int64)
+        unigram = np.zeros(model.config.get_text_config().vocab_size, np.int64)
         done, log = 0, {"docs": {}, "skipped": {}}
     budget = opts.max_tokens // world
     used = sum(log["docs"].values())
@@ -357,8 +357,8 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
         identity = heldout_scores(engine, captures, s, None)
         meta = {
             "model": loaded.name, "fingerprint": loaded.fingerprint(), "split": s,
-            "n_layers": loaded.n_layers, "d_in": model.config.hidden_size,
-            "d_out": model.config.hidden_size, "lambda": lam, "lambda_scores": scores,
+            "n_layers": loaded.n_layers, "d_in": model.config.get_text_config().hidden_size,
+            "d_out": model.config.get_text_config().hidden_size, "lambda": lam, "lambda_scores": scores,
             "calibration": {"source": opts.calib, "documents": log["docs"],
                             "rows": int(moments[s].count), "skipped": log["skipped"]},
             "heldout": {"documents": [d.doc_id for d in held_docs],

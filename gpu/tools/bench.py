@@ -114,10 +114,14 @@ def _timed(fn, device) -> tuple[float, float]:
     return seconds, mem.extra
 
 
-def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False) -> list[dict]:
+def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False,
+                split: int | None = None, tail: int | None = None) -> list[dict]:
     loaded = (models.random_model(name, device) if random_weights
               else models.load(name, device=device))
-    split, tail, default_lengths = SETTINGS.get(name, (round(3 * loaded.n_layers / 8), 1024, (4096,)))
+    split0, tail0, default_lengths = SETTINGS.get(name, (round(3 * loaded.n_layers / 8), 1024,
+                                                         (4096,)))
+    split = split0 if split is None else split
+    tail = tail0 if tail is None else tail
     maps, maps_source = fitted_or_shaped_maps(loaded, split)
     loaded.name = name
     arch = arch_of(loaded.model.config)
@@ -209,14 +213,15 @@ def plot(records: list[dict], path: Path) -> None:
 
 def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5,
         device: str | None = None, random_weights: bool = False, kernels: bool = False,
-        out_dir: Path = Path("results/bench")) -> int:
+        out_dir: Path = Path("results/bench"), split: int | None = None,
+        tail: int | None = None) -> int:
     """``ridgefill bench``: every model at its lengths (or ``lengths``), then the kernels."""
     if kernels:
         from rfmodel.bench import run_kernel_bench
         run_kernel_bench()
     records = []
     for name in models:
-        records += bench_model(name, lengths, repeats, device, random_weights)
+        records += bench_model(name, lengths, repeats, device, random_weights, split, tail)
     dev = records[0]["device"].split(":")[0]
     out = Path(out_dir) / dev
     info = {"command": "ridgefill bench " + " ".join(models), "machine": platform.platform(),

@@ -27,7 +27,7 @@ from ..maps.files import load_maps
 LENGTH = 2048
 TAIL = 512
 ROWS = "lexical"
-REQUESTS = 3        # timed requests per arm, alternating, after one untimed warm-up each
+REQUESTS = 5        # timed requests per arm, alternating, after one untimed warm-up each
 ANSWER_TOKENS = 24
 
 
@@ -89,8 +89,9 @@ def plot(out: Path, counts: dict, n: int, rows, measured: float, ceilings: dict)
 def run(model: str = "smollm2-135m", device: str | None = None,
         out_dir: Path = Path("out/demo"), requests: int = REQUESTS) -> int:
     """Answer one needle prompt with exact prefill and with RidgeFill: both warmed up untimed
-    (the first call pays one-time compilation and allocation), then ``requests`` alternating
-    requests each; the median time to first token of each arm is reported."""
+    (the first call pays one-time compilation and allocation), then ``requests`` requests
+    each, alternating in ABBA order so slow drift of a shared machine cancels; the median time
+    to first token of each arm is reported."""
     out = Path(out_dir)
     loaded = models.load(model, device=device)
     split = round(3 * loaded.n_layers / 8)
@@ -108,8 +109,9 @@ def run(model: str = "smollm2-135m", device: str | None = None,
         ask(runner, 1)
     ttft: dict[str, list[float]] = {k: [] for k in runners}
     results = {}
-    for _ in tqdm(range(requests), desc="alternating requests", unit="pair"):
-        for name, runner in runners.items():
+    for i in tqdm(range(requests), desc="alternating requests", unit="pair"):
+        order = list(runners.items())
+        for name, runner in order if i % 2 == 0 else order[::-1]:  # ABBA: drift cancels
             results[name] = ask(runner, ANSWER_TOKENS)
             ttft[name].append(results[name].ttft_seconds)
     med = {k: statistics.median(v) for k, v in ttft.items()}

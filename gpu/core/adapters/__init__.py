@@ -4,7 +4,7 @@ from __future__ import annotations
 from torch import nn
 
 from .base import Adapter, LayerInfo
-from .gemma3 import Gemma3Adapter
+from .gemma3 import Gemma3Adapter, Gemma3MultimodalAdapter
 from .llama import LlamaAdapter, MistralAdapter
 from .qwen3 import Qwen3Adapter
 from .qwen3_5 import Qwen3_5Adapter
@@ -16,6 +16,7 @@ ADAPTERS: dict[str, type[Adapter]] = {
     "qwen2": LlamaAdapter,
     "qwen3": Qwen3Adapter,
     "gemma3_text": Gemma3Adapter,
+    "gemma3": Gemma3MultimodalAdapter,
     "qwen3_next": Qwen3NextAdapter,
     "qwen3_5_text": Qwen3_5Adapter,
     "qwen3_5": Qwen3_5Adapter,

@@ -1,0 +1,106 @@
+"""RidgeFill on a stock Hugging Face model, the way NVIDIA's kvpress plugs a method in: a
+function that returns an ordinary transformers ``Cache``, and a press whose context manager
+makes ``model.generate`` run RidgeFill for the prefill and the stock model for every
+decoding step, leaving the model untouched on exit (paper sections 2.1-2.4).
+
+    from gpu import PrefillConfig, RidgeFillPress, load_maps, prefill
+    maps = load_maps("maps-s11.safetensors", model)
+    cache = prefill(model, input_ids, maps, PrefillConfig(tail=512), tokenizer=tok)
+    model.generate(input_ids, past_key_values=cache, max_new_tokens=32)
+    with RidgeFillPress(maps, PrefillConfig(tail=512), tok)(model):
+        model.generate(input_ids, max_new_tokens=32)
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .core import prompt as prompts
+from .core.cache import outside_inference
+from .core.config import PrefillConfig
+from .core.engine import Engine, Prefill
+
+
+def run_prefill(engine: Engine, ids: torch.Tensor, config: PrefillConfig, tokenizer=None,
+                logits_rows: int | None = 1) -> Prefill:
+    """RidgeFill prefill of ``ids`` (1, n) under ``config``; text-reading row selectors read
+    the ids' text through ``tokenizer`` (a clear error without one)."""
+    prompt = None
+    if config.rows != "none" and config.fill != "exact" and config.needs_text:
+        if tokenizer is None:
+            raise ValueError(f"rows={config.rows!r} reads the prompt's text: pass the model's "
+                             "tokenizer (tokenizer=tok), or use rows='none'")
+        prompt = prompts.from_ids(tokenizer, ids)
+    pre = engine.run(ids, config, prompt=prompt, logits_rows=logits_rows)
+    outside_inference(pre.cache)
+    if pre.visible is not None:
+        raise ValueError("fill='none' leaves filled rows without late-layer entries, which an "
+                         "ordinary cache cannot hide; use fill='ridge' or 'identity' here "
+                         "(RidgeFill.generate runs fill='none')")
+    return pre
+
+
+def prefill(model, input_ids: torch.Tensor, maps=None, config: PrefillConfig | None = None,
+            tokenizer=None):
+    """An ordinary transformers Cache holding the RidgeFill prefill of ``input_ids[:, :-1]``
+    on a stock ``AutoModelForCausalLM``, so ``model.generate(input_ids, cache=...)`` (or
+    ``past_key_values=``) continues from it: the last prompt token runs as the first
+    full-depth step. ``maps`` from :func:`gpu.load_maps` (None for fill identity/exact)."""
+    config = config if config is not None else PrefillConfig()
+    ids = input_ids[:, :-1]
+    return run_prefill(Engine(model, maps), ids, config, tokenizer).cache
+
+
+class RidgeFillPress:
+    """``with RidgeFillPress(maps, config, tokenizer)(model): model.generate(...)``: the
+    first forward with an empty cache and more than one token is a RidgeFill prefill of the
+    whole prompt (its cache written into the cache ``generate`` passed); every other forward,
+    decoding included, is the model's own. The model is restored on exit, exceptions
+    included."""
+
+    def __init__(self, maps=None, config: PrefillConfig | None = None, tokenizer=None):
+        self.maps, self.tokenizer = maps, tokenizer
+        self.config = config if config is not None else PrefillConfig()
+        self.last: Prefill | None = None  # the last prefill this press ran (rows, counts)
+
+    @contextmanager
+    def __call__(self, model):
+        engine = Engine(model, self.maps)
+        self.config.resolve(engine.adapter.n_layers, self.maps)  # fail before generate starts
+        stock = model.forward
+        own = "forward" in vars(model)  # an instance forward already there (accelerate hooks)
+        inside = False
+
+        def forward(*args, **kwargs):
+            nonlocal inside
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            cache = kwargs.get("past_key_values", kwargs.get("cache"))
+            fresh = cache is None or cache.get_seq_length() == 0
+            if inside or ids is None or ids.shape[-1] < 2 or not fresh:
+                return stock(*args, **kwargs)
+            mask = kwargs.get("attention_mask")
+            if mask is not None and not bool(mask.all()):
+                raise ValueError("RidgeFillPress prefills one unpadded sequence: pass a batch "
+                                 "of one without padding")
+            inside = True
+            try:
+                pre = run_prefill(engine, ids, self.config, self.tokenizer)
+            finally:
+                inside = False
+            self.last = pre
+            if cache is not None:
+                cache.layers[:] = pre.cache.layers  # generate keeps the object it passed
+            else:
+                cache = pre.cache
+            return CausalLMOutputWithPast(logits=pre.logits[-1:][None], past_key_values=cache)
+
+        model.forward = forward
+        try:
+            yield model
+        finally:
+            if own:
+                model.forward = stock
+            else:
+                del model.forward  # the class's own forward again

@@ -1,0 +1,89 @@
+"""Several questions over one prefilled document (issue 19, paper Appendix D), and one row
+choice whatever entry point asks. Oracles: stock greedy ``generate`` on the whole
+conversation's ids (fill exact), and the rows ``RidgeFill.prefill`` picks."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from gpu import PrefillConfig, RidgeFill, RidgeFillPress
+from gpu.core import models
+from gpu.core import prompt as prompts
+from gpu.eval import minimodel
+from gpu_fixtures import load_tiny, scratch
+
+DOC = minimodel.prose(400, seed=3)
+
+
+@pytest.fixture(scope="module")
+def chat_model():
+    path = minimodel.build(scratch("conv") / "tiny-llama", family="llama")
+    return models.load(str(path), device="cpu", dtype=torch.float32)
+
+
+def _stock_greedy(model, ids: list[int], n: int) -> list[int]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                             pad_token_id=0, eos_token_id=None)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_second_question_on_the_carried_cache_equals_a_fresh_exact_prefill(chat_model, chat):
+    rf = RidgeFill(chat_model, None, PrefillConfig(fill="exact"))
+    conv = rf.chat(DOC, chat=chat)
+    assert conv.chat is chat
+    first = conv.ask("what comes after the river?", max_new_tokens=6)
+    assert len(first.tokens) >= 1
+    before = list(conv.ids)
+    second = conv.ask("and before the hill?", max_new_tokens=6)
+    fed = conv.ids[: len(before) + second.new_prompt_tokens]
+    assert fed[: len(before)] == before and second.new_prompt_tokens > 0
+    # eos_token_id=None above: compare the tokens up to the first end token
+    want = _stock_greedy(chat_model.model, fed, len(second.tokens))
+    assert second.tokens == want
+
+
+def test_conversation_prefills_the_document_once_with_ridgefill(chat_model):
+    L = chat_model.n_layers
+    rf = RidgeFill(chat_model, None, PrefillConfig(fill="identity", split=3, tail=16, rows="none"))
+    conv = rf.chat(DOC)
+    counts = conv.prefill.plan.counts()
+    assert counts["filled"] > 0 and counts["tail"] == 16 and L == 8
+    n = len(conv.ids)
+    a = conv.ask("what comes after the river?", max_new_tokens=3)
+    assert len(conv.ids) == n + a.new_prompt_tokens + len(a.tokens) - 1
+    assert conv.cache.get_seq_length() == len(conv.ids)
+
+
+def test_cache_prefill_and_press_select_the_same_rows(chat_model):
+    needle = "The special magic number for quiet-lantern is 4821937."
+    doc = DOC[:600] + " " + needle + " " + DOC[600:]
+    question = "What is the special magic number for quiet-lantern?"
+    rf = RidgeFill(chat_model, None, PrefillConfig(fill="identity", split=3, tail=16))
+    assert rf.config.rows == "lexical"
+    p = rf.prompt(doc, question, chat=True)
+    by_prompt = rf.prefill(p).plan.exact_rows
+    assert by_prompt.size > 0
+    ids_only = prompts.from_ids(chat_model.tokenizer, p.ids)
+    assert ids_only.text == p.text
+    by_ids = rf.engine.run(p.ids, rf.config, prompt=ids_only).plan.exact_rows
+    press = RidgeFillPress(None, rf.config, chat_model.tokenizer)
+    with press(chat_model.model), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chat_model.model.generate(p.ids, max_new_tokens=1, do_sample=False, pad_token_id=0)
+    assert by_ids.tolist() == by_prompt.tolist() == press.last.plan.exact_rows.tolist()
+
+
+def test_raw_ids_without_a_tokenizer_refuse_text_selectors():
+    loaded = load_tiny("llama", 0)
+    rf = RidgeFill(loaded, None, PrefillConfig(fill="identity", split=1, tail=8))
+    loaded_no_tok = models.Loaded(loaded.model, None, loaded.name, loaded.path)
+    rf_no_tok = RidgeFill(loaded_no_tok, None, rf.config)
+    ids = rf.prompt("abcdefghij" * 5).ids
+    with pytest.raises(ValueError, match="pass the model's tokenizer"):
+        rf_no_tok.cache(ids)
+    assert rf.cache(ids).get_seq_length() == ids.shape[1] - 1
