@@ -129,10 +129,11 @@ class RidgeFill:
         return run_prefill(self.engine, input_ids[:, :-1], self.config, self.loaded.tokenizer).cache
 
     def chat(self, document: str, *, chat: bool | None = None) -> Conversation:
-        """A conversation over ``document`` (paper Appendix D): the document is prefilled once
-        with RidgeFill, then every question and answer runs at full depth on the carried
-        cache; the exact rows are chosen once, from the document alone. ``chat``: wrap the
-        turns in the model's chat template (default: when the tokenizer has one)."""
+        """A conversation over ``document`` (paper Appendix D): the document and the first
+        question are prefilled once with RidgeFill, then every answer and question runs at
+        full depth on the carried cache; the exact rows are chosen once, for the first
+        question. ``chat``: wrap the turns in the model's chat template (default: when the
+        tokenizer has one)."""
         return Conversation(self, document, chat)
 
 

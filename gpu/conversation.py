@@ -1,6 +1,7 @@
-"""Several questions over one long document (paper Appendix D): the document is prefilled once
-with RidgeFill; every question and answer after it runs at full depth on the carried cache, so
-the exact rows are those chosen for the document, never re-chosen.
+"""Several questions over one long document (paper Appendix D): the document and the first
+question are prefilled once with RidgeFill; every answer and question after that runs at full
+depth on the carried cache, so the exact rows are those chosen for the first question, never
+re-chosen.
 
     conv = rf.chat(document)
     conv.ask("Who wrote it?").text
@@ -20,33 +21,27 @@ from .core import prompt as prompts
 class Answer:
     text: str
     tokens: list[int]
-    new_prompt_tokens: int      # question tokens fed at full depth before answering
+    new_prompt_tokens: int      # prompt tokens this turn added (the whole prefill on turn 1)
     seconds: float
 
 
 class Conversation:
-    """Turns over a document prefilled once (``RidgeFill.chat``). ``ids`` are the tokens the
-    cache holds, in order; every turn feeds only what the conversation's rendering adds."""
+    """Turns over one document (``RidgeFill.chat``). The first question is asked with the
+    document in one RidgeFill prefill (the row selector sees it, as in ``generate``); every
+    later turn feeds only what the conversation's rendering adds, at full depth, on the
+    carried cache. ``ids`` are the tokens the cache holds, in order."""
 
     def __init__(self, rf, document: str, chat: bool | None = None):
         tok = rf.loaded.tokenizer
+        if tok is None:
+            raise ValueError("a conversation renders text: load the model with its tokenizer")
         self.rf, self.tok, self.document = rf, tok, document
         self.chat = chat if chat is not None else getattr(tok, "chat_template", None) is not None
         self.turns: list[tuple[str, str]] = []
-        self._sent = "\x00question\x00"
-        rendered = self._render([(self._sent, None)])
-        self.text = rendered[: rendered.index(self._sent)].rstrip("\n") if self.chat else \
-            rendered[: rendered.index(self._sent)]
-        p = prompts.build_text(tok, self.text)
-        if p.n > rf.loaded.max_context:
-            raise ValueError(f"the document has {p.n} tokens, more than {rf.loaded.name}'s "
-                             f"context of {rf.loaded.max_context}; shorten it")
-        self.prefill = rf.engine.run(p.ids, rf.config, prompt=p, logits_rows=1)
-        if self.prefill.visible is not None:
-            raise ValueError("fill='none' hides its filled rows from later turns, which an "
-                             "ordinary cache cannot do; use fill='ridge' for a conversation")
-        self.cache = self.prefill.cache
-        self.ids: list[int] = p.ids[0].tolist()
+        self.prefill = None          # the first turn's RidgeFill prefill (its plan: the rows)
+        self.cache = None
+        self.ids: list[int] = []
+        self.text = ""               # the text whose tokens the cache holds
 
     def _render(self, turns: list[tuple[str, str | None]]) -> str:
         """The conversation's text: the document and the first question in one user turn."""
@@ -65,36 +60,50 @@ class Conversation:
                                             add_generation_prompt=turns[-1][1] is None)
 
     @torch.inference_mode()
-    def ask(self, question: str, max_new_tokens: int = 32) -> Answer:
-        """Feed the question's tokens at full depth on the carried cache, then decode greedily."""
+    def ask(self, question: str, max_new_tokens: int = 32, answer_prefix: str = "") -> Answer:
+        """Answer ``question`` greedily: the first one in the RidgeFill prefill of the
+        document, later ones fed at full depth on the carried cache. ``answer_prefix``: text
+        the answer starts with (base models, as RULER prefills it)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens}: generate at least one token")
-        full = self._render(self.turns + [(question, None)])
-        if not full.startswith(self.text):
-            raise ValueError("the chat template renders earlier turns differently once a new "
-                             "one is added, so the carried cache no longer matches the text; "
-                             "use chat=False for this tokenizer")
-        new = self.tok(full[len(self.text):], add_special_tokens=False)["input_ids"]
-        if len(self.ids) + len(new) + max_new_tokens > self.rf.loaded.max_context:
-            raise ValueError(f"the conversation would pass {self.rf.loaded.name}'s context of "
-                             f"{self.rf.loaded.max_context} tokens; start a new one")
+        full = self._render(self.turns + [(question, None)]) + answer_prefix
+        model, limit = self.rf.loaded.model, self.rf.loaded.max_context
         start = time.perf_counter()
-        model = self.rf.loaded.model
-        feed = torch.tensor([new], device=model.device)
-        logits = model(input_ids=feed, cache=self.cache, use_cache=True, logits_to_keep=1).logits[0, -1]
-        self.ids += new
-        eos = self.tok.eos_token_id
+        if self.cache is None:
+            p = prompts.build_text(self.tok, full, question)
+            if p.n + max_new_tokens > limit:
+                raise ValueError(f"the document and question take {p.n} tokens; with the answer "
+                                 f"they pass {self.rf.loaded.name}'s context of {limit}")
+            pre = self.rf.engine.run(p.ids, self.rf.config, prompt=p, logits_rows=1)
+            if pre.visible is not None:
+                raise ValueError("fill='none' hides its filled rows from later turns, which an "
+                                 "ordinary cache cannot do; use fill='ridge' for a conversation")
+            self.prefill, self.cache, self.ids = pre, pre.cache, p.ids[0].tolist()
+            logits, n_new = pre.last_logits, p.n
+        else:
+            if not full.startswith(self.text):
+                raise ValueError("the chat template renders earlier turns differently once a "
+                                 "new one is added, so the carried cache no longer matches the "
+                                 "text; use chat=False for this tokenizer")
+            new = self.tok(full[len(self.text):], add_special_tokens=False)["input_ids"]
+            if len(self.ids) + len(new) + max_new_tokens > limit:
+                raise ValueError(f"the conversation would pass {self.rf.loaded.name}'s context "
+                                 f"of {limit} tokens; start a new one")
+            feed = torch.tensor([new], device=model.device)
+            logits = model(input_ids=feed, cache=self.cache, use_cache=True,
+                           logits_to_keep=1).logits[0, -1]
+            self.ids += new
+            n_new = len(new)
         tokens: list[int] = []
         for step in range(max_new_tokens):
             token = int(logits.argmax())
             tokens.append(token)
-            if token == eos or step == max_new_tokens - 1:
+            if token == self.tok.eos_token_id or step == max_new_tokens - 1:
                 break
             logits = model(input_ids=torch.tensor([[token]], device=model.device),
                            cache=self.cache, use_cache=True).logits[0, -1]
             self.ids.append(token)
-        fed = tokens[:-1]  # the last token was chosen but not fed
-        self.text = full + self.tok.decode(fed, skip_special_tokens=False)
+        self.text = full + self.tok.decode(tokens[:-1], skip_special_tokens=False)  # last: unfed
         answer = self.tok.decode(tokens, skip_special_tokens=True)
-        self.turns.append((question, answer))
-        return Answer(answer, tokens, len(new), time.perf_counter() - start)
+        self.turns.append((question, answer_prefix + answer))
+        return Answer(answer, tokens, n_new, time.perf_counter() - start)

@@ -51,12 +51,15 @@ def test_conversation_prefills_the_document_once_with_ridgefill(chat_model):
     L = chat_model.n_layers
     rf = RidgeFill(chat_model, None, PrefillConfig(fill="identity", split=3, tail=16, rows="none"))
     conv = rf.chat(DOC)
+    first = conv.ask("what comes after the river?", max_new_tokens=3)
     counts = conv.prefill.plan.counts()
     assert counts["filled"] > 0 and counts["tail"] == 16 and L == 8
+    assert counts["prompt_tokens"] == first.new_prompt_tokens
     n = len(conv.ids)
-    a = conv.ask("what comes after the river?", max_new_tokens=3)
+    a = conv.ask("and before the hill?", max_new_tokens=3)
     assert len(conv.ids) == n + a.new_prompt_tokens + len(a.tokens) - 1
     assert conv.cache.get_seq_length() == len(conv.ids)
+    assert conv.prefill.plan.counts() == counts  # rows are not re-chosen
 
 
 def test_cache_prefill_and_press_select_the_same_rows(chat_model):
