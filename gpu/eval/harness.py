@@ -45,6 +45,7 @@ from . import tasks
 from .instruments import Arm, Session
 from .grid import EvalConfig, preset_for, study_arms
 from .journal import Journal
+from .shard import Shard, merged_records
 from .loss_masks import novel_token_mask
 from .units import CorpusTexts, Unit, doc_units, needle_units, sig
 
@@ -187,14 +188,19 @@ def record_identity(model) -> str:
 def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                    command: str = "", progress: bool = True, fit_kw: dict | None = None,
                    calib: str = "builtin", preset: EvalConfig | None = None,
-                   arms: list[Arm] | None = None) -> dict:
+                   arms: list[Arm] | None = None, shard: Shard | None = None,
+                   pairs: list | None = None, tests: list | None = None) -> dict | None:
     """Run (or resume) one model's grid and write its report; returns the report dict.
     ``arms`` replaces the study's arms (a selector study: any gpu.core.select selector with its
-    options, each followed by controls whose ``of`` names it)."""
+    options, each followed by controls whose ``of`` names it). ``shard``: this rank's share
+    under torchrun (gpu.eval.shard; default from RANK / WORLD_SIZE); rank 0 merges every
+    rank's journal and writes the report, the other ranks return None. ``pairs``: (a, b)
+    arms to contrast beyond the study's; ``tests``: (a, b, margin) non-inferiority tests."""
     started = time.time()
+    shard = shard or Shard.from_env()
     root = out_dir / loaded.name
     root.mkdir(parents=True, exist_ok=True)
-    journal = Journal(root / "records.jsonl")
+    journal = Journal(root / shard.journal_name)
     if maps is None:
         maps = ensure_maps(loaded, cfg, root, calib, progress, **(fit_kw or {}))
     fingerprint = sig(record_identity(loaded.model), {s: m.meta.get("lambda") for s, m in maps.items()},
@@ -207,20 +213,24 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     stats: dict = {}
     needles = needle_units(loaded.tokenizer, cfg, texts, stats) if "needle" in cfg.instruments else []
     docs = doc_units(loaded.tokenizer, cfg, texts, stats) if "loss" in cfg.instruments else []
-    write_report = partial(_report, loaded, cfg, root, journal, needles, docs, arms, sess, maps,
-                           fingerprint, stats, texts, command, preset)
+    write_report = partial(_report, loaded, cfg, root, needles, docs, arms, sess, maps,
+                           fingerprint, stats, texts, command, preset,
+                           {"pairs": pairs or [], "tests": tests or []})
+    mine_n, mine_d = shard.take(needles, cfg.seed), shard.take(docs, cfg.seed)
+    shard.claim(journal, mine_n + mine_d, cfg.seed)
     before, finished = len(journal), False
     try:
         with torch.inference_mode():
-            if needles:
-                run_needles(sess, journal, needles, arms, fingerprint, progress)
-            if docs:
-                run_docs(sess, journal, docs, arms, cfg, fingerprint, progress)
+            if mine_n:
+                run_needles(sess, journal, mine_n, arms, fingerprint, progress)
+            if mine_d:
+                run_docs(sess, journal, mine_d, arms, cfg, fingerprint, progress)
         finished = True
     finally:  # an interrupted session's time counts too, and its report shows what it holds
         measured = len(journal) - before
         if measured or not finished:  # rerunning a finished grid leaves the journal as it was
-            journal.add({"key": f"session|{started:.3f}", "instrument": "session",
+            rank = f"|rank{shard.rank}" if shard.world > 1 else ""
+            journal.add({"key": f"session|{started:.3f}{rank}", "instrument": "session",
                          "command": command, "started": started, "finished": finished,
                          "wall_seconds": time.time() - started, "measured": measured})
         if not finished:
@@ -230,19 +240,22 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                       f"{root}/report.md (rerun to resume)", file=sys.stderr)
             except Exception as exc:  # never hide why the run stopped
                 print(f"stopped; the partial report failed too: {exc!r}", file=sys.stderr)
-    return write_report()
+    shard.barrier()
+    return write_report() if shard.rank == 0 else None
 
 
-def _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerprint, stats,
-            texts, command, preset) -> dict:
-    """The report of what the journal holds for this grid (gpu.eval.report)."""
+def _report(loaded, cfg, root, needles, docs, arms, sess, maps, fingerprint, stats,
+            texts, command, preset, custom: dict) -> dict:
+    """The report of what the journals hold for this grid (gpu.eval.report), every rank's
+    share merged (gpu.eval.shard.merged_records)."""
     from . import report
 
     keys_now = {_key(u, a, [fingerprint, u.max_new_tokens]) for u in needles for a in arms}
     extra = [fingerprint, cfg.score_tokens, cfg.key_window, cfg.continuation]
     doc_arms = [a for a in arms if not a.blind]
     keys_now |= {_key(u, a, extra) for u in docs for a in doc_arms}
-    records = [r for r in journal.records() if r["key"] in keys_now or r["instrument"] == "session"]
+    records = [r for r in merged_records(root, needles + docs, cfg.seed)
+               if r["key"] in keys_now or r["instrument"] == "session"]
     meta = {"model": loaded.name, "n_layers": loaded.n_layers, "config": cfg.to_dict(),
             "arms": [{**a.spec(), "label": a.label} for a in arms], "texts": texts.name,
             "sample_sets": stats, "command": command, "fingerprint": record_identity(loaded.model),
@@ -254,7 +267,7 @@ def _report(loaded, cfg, root, journal, needles, docs, arms, sess, maps, fingerp
             "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
             "torch_threads": torch.get_num_threads(),
             "expected": {"needle_records": len(needles) * len(arms),
-                         "loss_records": len(docs) * len(doc_arms)}}
+                         "loss_records": len(docs) * len(doc_arms)}, **custom}
     return report.write(root, records, meta)
 
 
@@ -336,6 +349,8 @@ def run(what: str = "study", *, out_dir: Path = Path("results"), models_: list[s
         cfg = _override(preset, **overrides)
         rep = evaluate_model(loaded, cfg, Path(out_dir), CorpusTexts(), command=command,
                              progress=progress, preset=preset)
+        if rep is None:  # a rank other than 0: rank 0 merged the shares and reported
+            continue
         print(f"{name}: {rep['counts']['records']} records"
               f"{' (PARTIAL)' if rep['partial'] else ''} -> {Path(out_dir) / name}/report.md")
     return 0

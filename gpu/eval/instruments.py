@@ -56,6 +56,8 @@ class Arm:
     splice: str | None = None      # keys | values | both, from the exact arm's cache
     label: str = ""
     options: tuple = ()            # selector keyword options, e.g. (("share", 0.05),)
+    rescale: str | None = None     # values | keys: rescale the filled entries (paper 2.3)
+    check: float | None = None     # decode-time check threshold (paper I.4; gpu.eval.decode_check)
 
     @property
     def selects(self) -> bool:
@@ -70,12 +72,14 @@ class Arm:
         if rows != "none" and (self.blind or blind):
             options["blind"] = True
         return PrefillConfig(split=self.split, tail=self.tail if tail is None else tail,
-                             fill=self.fill, rows=rows, selector_options=options)
+                             fill=self.fill, rows=rows, selector_options=options,
+                             rescale=self.rescale)
 
     def spec(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "label"}
-        if not d["options"]:
-            del d["options"]  # records of arms without options keep their keys
+        for k in ("options", "rescale", "check"):  # records of arms without them keep their keys
+            if not d[k]:
+                del d[k]
         return d
 
 
@@ -136,7 +140,8 @@ class Session:
             splice=arm.splice, exact_cache=exact_cache if arm.splice else None, logits_rows=keep)
 
     def macs_share(self, arm: Arm, pre: Prefill, n: int) -> float | None:
-        """Multiply-accumulates of this prefill over exact prefill's (paper 2.5)."""
+        """Multiply-accumulates of this prefill over exact prefill's (paper 2.5), every sweep
+        charged: a probe arm also pays its first sweep over the filled cache (2.4)."""
         if self.arch is None:
             return None
         if arm.fill == "exact" or pre.plan is None:
@@ -144,7 +149,23 @@ class Session:
         p = pre.plan
         c = cost.macs(self.arch, n, S=p.split, T=p.tail, E=int(p.exact_rows.size),
                       arm=_COST_ARM[arm.fill])
+        if arm.config().rows == "probe" and p.n_prefix >= 2:
+            window = dict(arm.options).get("probe_window", select.ProbeRows.probe_window)
+            c += probe_sweep_macs(self.arch, p.n_prefix, p.split, min(window, n - p.n_prefix),
+                                  _COST_ARM[arm.fill if arm.fill != "none" else "ridge"])
         return c / cost.macs(self.arch, n, arm="exact")
+
+
+def probe_sweep_macs(arch, n_prefix: int, split: int, window: int, arm: str) -> float:
+    """The probe's first sweep (paper 2.4): every prefix row filled in the late layers and
+    the last ``window`` rows run there exactly over that cache; its late-layer cost, i.e. a
+    prefill of ``n_prefix + window`` rows with a ``window``-row tail, less its lower layers
+    (which the prefill shares). The probe rows' contexts are counted from the end of the
+    prefix, at most the tail's length short of where they sit."""
+    n = n_prefix + window
+    whole = cost.macs(arch, n, S=split, T=window, arm=arm, logit_rows=0)
+    lower = cost.macs(arch, n, S=split, T=0, arm="nofill", logit_rows=0)
+    return whole - lower
 
 
 def plan_counts(pre: Prefill, n: int) -> dict:

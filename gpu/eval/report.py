@@ -185,6 +185,7 @@ def contrasts(needles: dict, docs: dict, meta: dict) -> list[dict]:
                           and b["split"] == a["split"] and b["tail"] == a["tail"]
                           and b["rows"] == "none" and not b["splice"]), None)
             pairs.append((a["name"], plain))
+    pairs += [tuple(p) for p in meta.get("pairs", ())]  # a custom grid's own (the frontier)
     out = []
     for a, b in pairs:
         if b is None:
@@ -208,6 +209,7 @@ def noninferiority(needles: dict, meta: dict) -> list[dict]:
     S, _, pop = _names(meta)
     tests = [(f"ridge+attention@{S}", "exact", MARGIN_EXACT), (f"ridge+probe@{S}", "exact", MARGIN_EXACT),
              (f"ridge@{S}", "exact", MARGIN_EXACT), (f"ridge@{S}", pop, MARGIN_POP)]
+    tests += [tuple(t) for t in meta.get("tests", ())]  # a custom grid's own (the frontier)
     out = []
     if not needles:
         return out

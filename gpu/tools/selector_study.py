@@ -33,7 +33,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rfmath.stats import binomial_floor
@@ -41,9 +40,9 @@ from rfmodel.atomic import write_json, write_text
 
 from ..eval import harness as ev
 from ..core import models
-from ..core import select
 from ..eval.grid import EvalConfig, preset_for
 from ..eval.instruments import Arm, Session
+from ..eval.timing import time_arms
 from ..eval.units import CorpusTexts, needle_units
 
 SELECTORS = {  # name -> (gpu.core.select name, options, label)
@@ -77,50 +76,6 @@ def arms_for(split: int, tail: int, controls: tuple[str, ...] = ("lexical", "com
                      Arm(f"{base}/blind", "ridge", split, tail, rows, blind=True, options=opts,
                          label=f"  control: {name} rows, question hidden")]
     return arms
-
-
-# ----------------------------------------------------------------------------- timing
-def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
-                     selector=None, repeats: int = 2) -> tuple[float, object]:
-    """Best of ``repeats`` wall times of one prefill (the first token's logits included)."""
-    best, pre = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        if selector is None:
-            pre = sess.prefill(arm, prompt, count=count, seed=seed)
-        else:
-            from ..core.plan import Plan
-            plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
-            pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
-                                                 prompt=prompt, logits_rows=1)
-        int(pre.last_logits.argmax())
-        best = min(best, time.perf_counter() - t0)
-    return best, pre
-
-
-@torch.inference_mode()
-def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
-    """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); for selector arms
-    also the same rows replayed through FixedRows (the selector's own cost = difference)."""
-    arms = [a for a in arms if a.control is None and not a.blind]  # controls cost the same
-    out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
-    for u in units[:n_units]:
-        counts: dict[str, int] = {}
-        for arm in arms:
-            s, pre = _prefill_seconds(sess, arm, u.prompt, counts.get(arm.of, 0), u.seed)
-            out[arm.name]["prefill"].append(s)
-            out[arm.name]["macs_share"].append(sess.macs_share(arm, pre, u.prompt.n))
-            if pre.plan is not None:
-                counts[arm.name] = int(pre.plan.exact_rows.size)
-            if arm.selects:
-                fixed = select.FixedRows(given=np.asarray(pre.plan.exact_rows))
-                r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
-                out[arm.name]["replay"].append(r)
-    res = {}
-    for name, d in out.items():
-        res[name] = {k: (float(np.mean(v)) if v and v[0] is not None else None)
-                     for k, v in d.items()}
-    return res
 
 
 # ----------------------------------------------------------------------------- summary

@@ -1,0 +1,207 @@
+"""The frontier of issue 20: quality against cost over splits, fills, tails and rows (paper
+6.1's split curve, 6.4's comparison with POP, 2.3's rescales), on the evaluation harness.
+
+``ridgefill eval frontier`` (``make frontier``) runs, per model, through
+gpu.eval.harness.evaluate_model (the same instruments, resumable journal, shared lower
+passes and batched decoding as ``make eval``; sharded under torchrun by gpu.eval.shard):
+
+* exact, and POP native (identity fill from POP's split L - floor(L/3), one-token tail);
+* at 1/4, 3/8, 1/2 and 5/8 depth and at POP's split: the ridge and identity fills, each
+  with tails {1, 512, 1024} tokens and with no exact rows or the default rows
+  (gpu.core.config.DEFAULT_ROWS), less the arms a model's preset cuts to fit its time;
+* the value rescale and the key rescale at the primary split (3/8 depth);
+* optionally the decode-time check of Appendix I.4 (gpu.eval.decode_check) at 5/8 depth.
+
+Every arm is paired with exact and with POP native (retrieval, novel- and key-token dNLL);
+paper 6.4's test (RidgeFill at 5/8 depth vs POP native, non-inferiority on filled-region
+retrieval at a 3-point margin) is stated confirmed / refuted / inconclusive. Each arm's
+prefill is also timed alone (measured speedup beside the MAC ceiling). Results:
+``results/frontier/<model>/frontier.{md,json,png}`` beside the harness's report.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from rfmodel.atomic import write_json
+
+from ..core import models
+from ..core.config import DEFAULT_ROWS, RESCALES
+from . import harness as ev
+from .frontier_report import summarize, write as write_summary
+from .grid import EvalConfig, depth, preset_for
+from .instruments import Arm, Session
+from .report import MARGIN_POP
+from .shard import Shard
+from .timing import time_arms
+from .units import CorpusTexts, needle_units, sig
+
+FRACTIONS = (1 / 4, 3 / 8, 1 / 2, 5 / 8)
+TAILS = (1, 512, 1024)
+TASKS = ("niah_single_1", "niah_multikey_1")
+LENGTHS = {"gemma3-270m": (4096, 8192)}  # filled-region needles (issue 20); others: 2K, 4K
+# gemma3's 4K/8K prompts cost about 3x smollm2's per run: arms left out to fit ~3 hours
+CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/t512")}
+
+
+def pop_split(n_layers: int) -> int:
+    """POP's split: the last floor(L/3) layers are filled."""
+    return n_layers - n_layers // 3
+
+
+def arm_name(fill: str, split: int, tail: int, rows: str = "none") -> str:
+    return f"{fill}{'' if rows == 'none' else '+' + rows}@{split}/t{tail}"
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """One model's frontier grid; ``primary`` (3/8 depth) carries the rescales, ``deep``
+    (5/8 depth) paper 6.4's test and the decode-time checks."""
+
+    n_layers: int
+    tails: tuple[int, ...] = TAILS
+    rows: tuple[str, ...] = ("none", DEFAULT_ROWS)
+    fills: tuple[str, ...] = ("ridge", "identity")
+    checks: tuple[float, ...] = ()    # decode-time check thresholds (gpu.eval.decode_check)
+    cut: tuple[str, ...] = ()         # fnmatch patterns of arm names left out
+
+    @property
+    def pop(self) -> int:
+        return pop_split(self.n_layers)
+
+    @property
+    def primary(self) -> int:
+        return depth(3 / 8, self.n_layers)
+
+    @property
+    def deep(self) -> int:
+        return depth(5 / 8, self.n_layers)
+
+    @property
+    def splits(self) -> tuple[int, ...]:
+        return tuple(sorted({depth(f, self.n_layers) for f in FRACTIONS} | {self.pop}))
+
+    @property
+    def mid_tail(self) -> int:
+        return self.tails[len(self.tails) // 2]
+
+    @property
+    def pop_native(self) -> str:
+        return f"pop@{self.pop}"
+
+    @property
+    def headline(self) -> str:
+        """Paper 6.4's RidgeFill arm: 5/8 depth, the shortest tail, no exact rows."""
+        return arm_name("ridge", self.deep, min(self.tails))
+
+    def arms(self) -> list[Arm]:
+        """exact, POP native, then every split x fill x tail x rows arm, the rescales and the
+        checks; an arm named by a ``cut`` pattern is left out (never exact or POP native)."""
+        out = [Arm("exact", "exact", label="exact"),
+               Arm(self.pop_native, "identity", self.pop, 1, label="POP native")]
+        for s in self.splits:
+            for fill in self.fills:
+                for t in self.tails:
+                    for rows in self.rows:
+                        if (fill, s, t, rows) == ("identity", self.pop, 1, "none"):
+                            continue  # POP native itself
+                        out.append(Arm(arm_name(fill, s, t, rows), fill, s, t, rows,
+                                       label=f"{fill}, split {s}, tail {t}, rows {rows}"))
+        p, t = self.primary, self.mid_tail
+        out += [Arm(f"{arm_name('ridge', p, t)}/rescale-{w}", "ridge", p, t, rescale=w,
+                    label=f"ridge, split {p}, tail {t}, {w} rescaled") for w in RESCALES]
+        out += [Arm(f"{arm_name('ridge', self.deep, t)}/check-{c:g}", "ridge", self.deep, t,
+                    check=c, label=f"ridge, split {self.deep}, tail {t}, decode check {c:g}")
+                for c in self.checks]
+        return [a for a in out if a.name in ("exact", self.pop_native)
+                or not any(fnmatch.fnmatchcase(a.name, c) for c in self.cut)]
+
+    def pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
+        """Every arm against POP native (against exact the harness pairs already)."""
+        return [(a.name, self.pop_native) for a in arms if a.name not in ("exact", self.pop_native)]
+
+    def tests(self, arms: list[Arm]) -> list[tuple[str, str, float]]:
+        """Every arm vs POP native at paper 3.4's 3-point retrieval margin; the one of paper
+        6.4 (RidgeFill at 5/8 depth, :attr:`headline`) is the registered test, the rest
+        describe the frontier."""
+        return [(a, self.pop_native, MARGIN_POP) for a, _ in self.pairs(arms)]
+
+
+def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
+                    lengths: tuple[int, ...] | None = None, loss_length: int = 4096,
+                    tails: tuple[int, ...] = TAILS, seed: int = 0) -> tuple[EvalConfig, Frontier]:
+    """(the harness's grid, the frontier) of a loaded model, sized like the selector study:
+    ``samples`` per task and length (two tasks, two lengths: 40), ``docs`` documents."""
+    preset = preset_for(loaded)
+    fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), cut=CUTS.get(loaded.name, ()))
+    lengths = tuple(lengths or LENGTHS.get(loaded.name, (2048, 4096)))
+    rest = [s for s in fr.splits if s != fr.primary]
+    tail = max(fr.tails)  # needles lie before every arm's tail; key tokens see no prefix
+    if tail < 2 or loss_length <= tail:
+        raise ValueError(f"tails {fr.tails}: the longest must be at least 2 tokens (it holds "
+                         f"the scored stretch) and shorter than the documents ({loss_length}); "
+                         "pass other --tails or --loss-length")
+    cfg = replace(preset, splits=(fr.primary, *rest), tail=tail,
+                  needles={n: TASKS for n in lengths}, samples=samples, docs=docs,
+                  loss_length=loss_length, seed=seed,
+                  score_tokens=min(preset.score_tokens, tail // 2),
+                  instruments=("needle", "loss") if docs else ("needle",))
+    return cfg, fr
+
+
+def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int) -> dict:
+    """Each arm's prefill alone on ``units`` samples of the longest length (kept in
+    ``timing.json`` and reused while the arms and samples are the same)."""
+    path = root / "timing.json"
+    key = sig([a.spec() for a in arms], cfg.to_dict(), units, str(loaded.model.device))
+    if path.is_file() and (old := json.loads(path.read_text())).get("key") == key:
+        return old
+    t0 = time.time()
+    sess = Session(loaded, maps, reuse_lower=False)
+    longest = max(cfg.needles)
+    pool = [u for u in needle_units(loaded.tokenizer, cfg, CorpusTexts(), {})
+            if u.meta["length"] == longest]
+    arms = [a for a in arms if a.check is None]  # a check costs at decoding, not at prefill
+    out = {"key": key, "arms": time_arms(sess, pool, arms, units), "length": longest,
+           "units": min(units, len(pool)), "seconds": time.time() - t0,
+           "threads": torch.get_num_threads()}
+    write_json(path, out)
+    return out
+
+
+def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: int = 10,
+        docs: int = 8, lengths: list[int] | None = None, tails: list[int] | None = None,
+        checks: list[float] | None = None, seed: int = 0, device: str | None = None,
+        timing_units: int = 2, progress: bool = True, loaded=None, texts=None,
+        fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096) -> list[dict]:
+    """``ridgefill eval frontier``: each model's grid (resumable), its timing and summary.
+    ``loaded`` / ``texts`` / ``fit_kw`` / ``calib``: a model, texts and fit settings other
+    than the built-in ones (the tests' tiny model). Returns the summaries (rank 0)."""
+    command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval frontier"
+    shard, out = Shard.from_env(), []
+    for name in names:
+        lm = loaded if loaded is not None else models.load(name, device=device)
+        cfg, fr = frontier_config(lm, samples=samples, docs=docs, lengths=lengths,
+                                  tails=tuple(tails or TAILS), seed=seed, loss_length=loss_length)
+        fr = replace(fr, checks=tuple(checks or ()))
+        arms = fr.arms()
+        root = out_dir / lm.name
+        maps = ev.ensure_maps(lm, cfg, root, calib, progress, **(fit_kw or {}))
+        rep = ev.evaluate_model(lm, cfg, out_dir, texts or CorpusTexts(), maps=maps,
+                                command=command, progress=progress, arms=arms, shard=shard,
+                                pairs=fr.pairs(arms), tests=fr.tests(arms))
+        if rep is None:  # a rank other than 0: rank 0 merged the shares
+            continue
+        timing = timed(lm, cfg, maps, arms, root, timing_units) if timing_units else {}
+        summ = summarize(rep, fr, arms, timing, {"command": command, "seed": seed})
+        write_summary(root, summ)
+        print(f"{lm.name}: {rep['counts']['records']} records{' (PARTIAL)' if summ['partial'] else ''}"
+              f" -> {root}/frontier.md")
+        out.append(summ)
+    return out

@@ -1,0 +1,213 @@
+"""The frontier's summary (issue 20): per arm, quality against cost, paired with exact and
+with POP native; the dominating points; paper 6.4's test; markdown, JSON and one PNG.
+
+Reads only the harness's report (gpu.eval.report: intervals resampled within task or
+domain, non-inferiority bounds with the binomial floor) and the timing; measures nothing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rfmodel.atomic import atomic_path, write_json, write_text
+
+from .instruments import Arm
+from .report import MARGIN_POP
+
+# The rule for "at least as good as POP at no more cost", stated before any number (issue 20):
+# MAC share <= POP native's, retrieval non-inferior to POP native at the 3-point margin
+# (one-sided 95% bound with the binomial floor), and key-token dNLL no higher than POP
+# native's in point estimate (its paired interval is shown beside it).
+
+
+def dominating(points: list[tuple[str, float, float]]) -> list[str]:
+    """Names of the points (name, cost, quality) that no other point beats: none has lower
+    or equal cost and higher or equal quality with one of the two strict; by cost."""
+    out = []
+    for n, c, q in points:
+        if not any((c2 <= c and q2 >= q) and (c2 < c or q2 > q) for _, c2, q2 in points):
+            out.append((c, -q, n))
+    return [n for _, _, n in sorted(out)]
+
+
+def _est(iv: dict | None) -> float | None:
+    return None if not iv else iv.get("estimate")
+
+
+def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str) -> list[dict]:
+    needles = rep.get("needles", {}).get("arms", {})
+    docs = rep.get("documents", {}).get("arms", {})
+    con = {(c["a"], c["b"]): c for c in rep.get("contrasts", [])}
+    ni = {t["a"]: t for t in rep.get("noninferiority", []) if t["b"] == pop}
+    times = timing.get("arms", {})
+    t_exact = times.get("exact", {}).get("prefill")
+    rows = []
+    for a in arms:
+        x, d, c, t = needles.get(a.name, {}), docs.get(a.name, {}), con.get((a.name, pop), {}), \
+            times.get(a.name, {})
+        macs = x.get("macs_share") if x.get("macs_share") is not None else t.get("macs_share")
+        rows.append({
+            "arm": a.name, "label": a.label, "fill": a.fill, "split": a.split, "tail": a.tail,
+            "rows": a.rows, "rescale": a.rescale, "check": a.check,
+            "retrieval": x.get("score"), "n": x.get("n"), "vs_exact": x.get("vs_exact"),
+            "vs_pop": c.get("retrieval"), "noninferior_pop": ni.get(a.name),
+            "dnll_novel": d.get("dnll_novel"), "dnll_key": d.get("dnll_key"),
+            "novel_vs_pop": c.get("dnll_novel"), "key_vs_pop": c.get("dnll_key"),
+            "agreement": d.get("agreement"), "macs_share": macs,
+            "prefill_seconds": t.get("prefill"),
+            "speedup": (t_exact / t["prefill"]) if t_exact and t.get("prefill") else None,
+            "mac_ceiling": (1.0 / macs) if macs else None})
+    return rows
+
+
+def verdict_64(row: dict | None, margin: float = MARGIN_POP) -> str:
+    """confirmed: the one-sided bound clears -margin; refuted: the whole two-sided interval
+    lies below -margin; inconclusive otherwise (paper 3.4, as the study's findings)."""
+    if not row or not row.get("noninferior_pop") or not row.get("vs_pop"):
+        return "not measured"
+    if row["noninferior_pop"]["passed"]:
+        return "confirmed"
+    hi = row["vs_pop"].get("high")
+    return "refuted" if hi is not None and hi < -margin else "inconclusive"
+
+
+def summarize(rep: dict, fr, arms: list[Arm], timing: dict, meta: dict) -> dict:
+    """The frontier's summary dict (``fr``: gpu.eval.frontier.Frontier)."""
+    rows = _rows(rep, arms, timing, fr.pop_native)
+    by = {r["arm"]: r for r in rows}
+    pop = by[fr.pop_native]
+    fronts = {}
+    for q, sign in (("retrieval", 1.0), ("dnll_key", -1.0)):
+        pts = [(r["arm"], r["macs_share"], sign * v) for r in rows
+               if r["macs_share"] is not None and (v := (r[q] if q == "retrieval" else _est(r[q])))
+               is not None]
+        fronts[q] = dominating(pts)
+    pop_macs, pop_key = pop["macs_share"], _est(pop["dnll_key"])
+    equal_cost = [r["arm"] for r in rows if r["arm"] not in ("exact", fr.pop_native)
+                  and r["macs_share"] is not None and pop_macs is not None
+                  and r["macs_share"] <= pop_macs
+                  and (r["noninferior_pop"] or {}).get("passed")
+                  and _est(r["dnll_key"]) is not None and pop_key is not None
+                  and _est(r["dnll_key"]) <= pop_key]
+    head = by.get(fr.headline)
+    cfg = rep["meta"]["config"]
+    return {"model": rep["model"], "n_layers": fr.n_layers, "partial": rep["partial"],
+            "partial_reasons": rep["partial_reasons"], "splits": list(fr.splits), "pop": fr.pop,
+            "primary": fr.primary, "deep": fr.deep, "tails": list(fr.tails),
+            "rows_settings": list(fr.rows), "cut": list(fr.cut), "checks": list(fr.checks),
+            "needles": cfg["needles"], "samples": rep["counts"]["needle_samples"],
+            "documents": rep["counts"]["documents"], "loss_length": cfg["loss_length"],
+            "seed": meta["seed"], "command": meta["command"], "commands": rep["commands"],
+            "wall_seconds": rep["wall_seconds"], "timing": {k: v for k, v in timing.items()
+                                                            if k != "arms"},
+            "rows": rows, "dominating": fronts, "equal_cost_winners": equal_cost,
+            "test_6_4": {"a": fr.headline, "b": fr.pop_native, "margin": MARGIN_POP,
+                         "status": verdict_64(head), "noninferiority": (head or {}).get(
+                             "noninferior_pop"), "retrieval": (head or {}).get("vs_pop"),
+                         "novel": (head or {}).get("novel_vs_pop"),
+                         "key": (head or {}).get("key_vs_pop"),
+                         "macs_share": (head or {}).get("macs_share"), "pop_macs_share": pop_macs}}
+
+
+# ----------------------------------------------------------------------------- writing
+def _iv(iv, spec: str = "+.1f") -> str:
+    if not iv or iv.get("low") is None:
+        return "-"
+    return f"{iv['estimate']:{spec}} [{iv['low']:{spec}}, {iv['high']:{spec}}]"
+
+
+def _n(x, spec: str = ".1f") -> str:
+    return "-" if x is None else f"{x:{spec}}"
+
+
+def markdown(s: dict) -> str:
+    t = s["test_6_4"]
+    ni = t["noninferiority"] or {}
+    L = [f"# RidgeFill frontier: {s['model']}{' — PARTIAL RUN' if s['partial'] else ''}", ""]
+    if s["partial"]:
+        L += ["> Partial: " + "; ".join(s["partial_reasons"]) + ". Rerun the command to "
+              "resume; do not quote these numbers.", ""]
+    L += [f"Command: `{s['command']}` (seed {s['seed']}); {s['samples']} filled-region needle "
+          f"samples ({s['needles']}), {s['documents']} documents of {s['loss_length']} tokens; "
+          f"wall time {s['wall_seconds'] / 60:.0f} min over {len(s['commands'])} command(s). "
+          f"Splits {s['splits']} of {s['n_layers']} layers (POP's split {s['pop']}), tails "
+          f"{s['tails']}, rows {s['rows_settings']}; rescales at split {s['primary']}"
+          + (f"; arms cut to fit: {', '.join(s['cut'])}" if s["cut"] else "") + ".", "",
+          "## Paper 6.4: RidgeFill at 5/8 depth vs POP native", "",
+          f"`{t['a']}` - `{t['b']}`: non-inferiority on filled-region retrieval at a "
+          f"{t['margin']:g}-point margin is **{t['status']}** (one-sided 95% bound "
+          f"{_n(ni.get('bound'), '+.1f')} points = min(bootstrap {_n(ni.get('bootstrap_bound'), '+.1f')}, "
+          f"binomial floor {_n(ni.get('floor'), '+.1f')}); retrieval {_iv(t['retrieval'])} points, "
+          f"novel-token dNLL {_iv(t['novel'], '+.3f')}, key-token dNLL {_iv(t['key'], '+.3f')} "
+          f"nats; MAC share {_n(t['macs_share'], '.3f')} vs POP's {_n(t['pop_macs_share'], '.3f')}.",
+          "", "## At no more cost than POP native", "",
+          "Rule (stated in gpu/eval/frontier_report.py before any number): MAC share <= POP "
+          "native's, retrieval non-inferior to POP at 3 points, key-token dNLL no higher than "
+          "POP's. Arms that meet it: " + (", ".join(f"`{a}`" for a in s["equal_cost_winners"])
+                                          or "none") + ".", "",
+          "Dominating points (no arm costs no more and scores at least as well): retrieval "
+          + ", ".join(f"`{a}`" for a in s["dominating"]["retrieval"]) + "; key-token dNLL "
+          + ", ".join(f"`{a}`" for a in s["dominating"]["dnll_key"]) + ".", "",
+          "## Every arm, by MAC share", "",
+          "| arm | MAC share | speedup / ceiling | retrieval | vs exact (pts) | vs POP (pts) "
+          "| NI vs POP | novel dNLL | key dNLL | key vs POP | agreement |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(s["rows"], key=lambda r: (r["macs_share"] is None, r["macs_share"] or 0)):
+        sp = (f"{r['speedup']:.2f}x / {r['mac_ceiling']:.2f}x" if r["speedup"] and r["mac_ceiling"]
+              else "-")
+        nip = r["noninferior_pop"]
+        L.append(f"| `{r['arm']}` | {_n(r['macs_share'], '.3f')} | {sp} | {_n(r['retrieval'])} | "
+                 f"{_iv(r['vs_exact'])} | {_iv(r['vs_pop'])} | "
+                 f"{'-' if not nip else ('pass ' if nip['passed'] else 'fail ') + _n(nip['bound'], '+.1f')} | "
+                 f"{_iv(r['dnll_novel'], '+.3f')} | {_iv(r['dnll_key'], '+.3f')} | "
+                 f"{_iv(r['key_vs_pop'], '+.3f')} | {_n(r['agreement'], '.2f')} |")
+    L += ["", "Intervals: paired 95% bootstrap (within task for retrieval, within domain for "
+          "documents); NI: the one-sided bound vs POP native (pass when above -3 points). MAC "
+          "share: rfmath.cost, every sweep charged (a probe's first sweep included); speedup: "
+          f"exact prefill time / the arm's, alone, at {s['timing'].get('length', '-')} tokens "
+          f"({s['timing'].get('units', 0)} samples, best of 2; {s['timing'].get('threads', '-')} "
+          "torch threads).", ""]
+    return "\n".join(L)
+
+
+def plot(s: dict, path: Path) -> None:
+    """Retrieval and key-token dNLL against MAC share; POP native starred, exact a square,
+    the dominating points joined."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {r["arm"]: r for r in s["rows"]}
+    pop = f"pop@{s['pop']}"
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, q, label in ((axes[0], "retrieval", "filled-region retrieval (points)"),
+                         (axes[1], "dnll_key", "key-token dNLL vs exact (nats)")):
+        val = (lambda r: r["retrieval"]) if q == "retrieval" else (lambda r: _est(r["dnll_key"]))
+        for fill, color in (("ridge", "tab:blue"), ("identity", "tab:orange"), ("exact", "black")):
+            pts = [(r["macs_share"], val(r)) for r in s["rows"] if r["fill"] == fill
+                   and r["arm"] != pop and r["macs_share"] is not None and val(r) is not None]
+            if pts:
+                ax.scatter(*zip(*pts), s=18, color=color, alpha=0.7,
+                           marker="s" if fill == "exact" else "o", label=fill)
+        front = [(by[a]["macs_share"], val(by[a])) for a in s["dominating"][q]]
+        if front:
+            ax.plot(*zip(*front), color="grey", lw=1.0, label="dominating")
+        p = by.get(pop)
+        if p and p["macs_share"] is not None and val(p) is not None:
+            ax.scatter([p["macs_share"]], [val(p)], s=120, marker="*", color="red",
+                       label="POP native", zorder=3)
+        ax.set_xlabel("MAC share of exact prefill")
+        ax.set_ylabel(label)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{s['model']}: frontier (n={s['samples']} needles, {s['documents']} documents, "
+                 f"seed {s['seed']}){' PARTIAL' if s['partial'] else ''}", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def write(root: Path, s: dict) -> None:
+    write_json(root / "frontier.json", s)
+    write_text(root / "frontier.md", markdown(s))
+    plot(s, root / "frontier.png")

@@ -1,0 +1,56 @@
+"""Time to first token per arm (paper 3.1's measured speedup beside the MAC ceiling of 2.5):
+each arm's prefill alone, with no lower pass shared between arms (a Session with
+``reuse_lower=False``), best of a few repeats; a selector's rows replayed through
+gpu.core.select.FixedRows isolate the selector's own cost."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..core import select
+from ..core.plan import Plan
+from .instruments import Arm, Session
+
+
+def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
+                     selector=None, repeats: int = 2) -> tuple[float, object]:
+    """Best of ``repeats`` wall times of one prefill (the first token's logits included)."""
+    best, pre = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        if selector is None:
+            pre = sess.prefill(arm, prompt, count=count, seed=seed)
+        else:
+            plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
+            pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
+                                                 prompt=prompt, logits_rows=1)
+        int(pre.last_logits.argmax())
+        best = min(best, time.perf_counter() - t0)
+    return best, pre
+
+
+@torch.inference_mode()
+def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
+    """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); for selector arms
+    also the same rows replayed through FixedRows (the selector's own cost = difference)."""
+    arms = [a for a in arms if a.control is None and not a.blind]  # controls cost the same
+    out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
+    for u in units[:n_units]:
+        counts: dict[str, int] = {}
+        for arm in arms:
+            s, pre = _prefill_seconds(sess, arm, u.prompt, counts.get(arm.of, 0), u.seed)
+            out[arm.name]["prefill"].append(s)
+            out[arm.name]["macs_share"].append(sess.macs_share(arm, pre, u.prompt.n))
+            if pre.plan is not None:
+                counts[arm.name] = int(pre.plan.exact_rows.size)
+            if arm.selects:
+                fixed = select.FixedRows(given=np.asarray(pre.plan.exact_rows))
+                r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
+                out[arm.name]["replay"].append(r)
+    res = {}
+    for name, d in out.items():
+        res[name] = {k: (float(np.mean(v)) if v and v[0] is not None else None)
+                     for k, v in d.items()}
+    return res

@@ -1,0 +1,111 @@
+"""The frontier of issue 20 (gpu.eval.frontier, gpu.eval.frontier_report) on a tiny random
+Llama: the grid (splits at 1/4, 3/8, 1/2, 5/8 and POP's, fills x tails x rows, rescales,
+cuts), the run end to end with its markdown / JSON / PNG, paper 6.4's test, resume, the
+dominating points, and the probe's first sweep charged in the MAC share."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gpu.core import models
+from gpu.eval import frontier as fr
+from gpu.eval import minimodel
+from gpu.eval.frontier_report import dominating, verdict_64
+from gpu.eval.instruments import Arm, Session, probe_sweep_macs
+
+pytestmark = pytest.mark.slow
+
+FIT_KW = {"lambdas": (1e-3, 1e-1), "doc_tokens": 512, "heldout_docs": 1, "heldout_tokens": 256}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("frontier")
+    path = minimodel.build(root / "tiny-llama")
+    loaded = models.load(str(path), device="cpu", dtype=torch.float32)
+    yield {"root": root, "loaded": loaded, "calib": str(minimodel.write_calibration(root / "calib"))}
+    torch.set_num_threads(threads)
+
+
+def run_tiny(tiny, out, **kw):
+    opts = dict(samples=1, docs=1, lengths=[512], tails=[1, 96], seed=0, timing_units=1,
+                progress=False, loaded=tiny["loaded"], texts=minimodel.SyntheticTexts(),
+                fit_kw=FIT_KW, calib=tiny["calib"], loss_length=256)
+    opts.update(kw)
+    return fr.run([tiny["loaded"].name], out_dir=out, **opts)
+
+
+def test_grid_of_a_30_layer_model():
+    f = fr.Frontier(30)
+    assert f.splits == (8, 11, 15, 19, 20) and f.pop == 20 and f.deep == 19 and f.primary == 11
+    names = [a.name for a in f.arms()]
+    assert names[:2] == ["exact", "pop@20"] and len(names) == len(set(names))
+    assert "identity@20/t1" not in names  # that is POP native
+    assert {"ridge@19/t1", "identity+lexical@8/t1024", "ridge@11/t512/rescale-values",
+            "ridge@11/t512/rescale-keys"} <= set(names)
+    assert len(names) == 2 + 5 * 2 * 3 * 2 - 1 + 2
+    assert f.headline == "ridge@19/t1" and (f.headline, "pop@20", 3.0) in f.tests(f.arms())
+    cut = fr.Frontier(18, cut=fr.CUTS["gemma3-270m"]).arms()
+    assert "pop@12" in [a.name for a in cut]
+    assert not any(a.name.startswith("identity+") or a.name.startswith("identity@")
+                   and a.tail == 512 for a in cut)
+
+
+def test_dominating_points_and_verdict():
+    pts = [("a", 0.5, 10.0), ("b", 0.6, 9.0), ("c", 0.7, 20.0), ("d", 0.7, 15.0), ("e", 0.4, 10.0)]
+    assert dominating(pts) == ["e", "c"]
+    ok = {"noninferior_pop": {"passed": True}, "vs_pop": {"high": 1.0}}
+    assert verdict_64(ok) == "confirmed"
+    assert verdict_64({"noninferior_pop": {"passed": False}, "vs_pop": {"high": -4.0}}) == "refuted"
+    assert verdict_64({"noninferior_pop": {"passed": False}, "vs_pop": {"high": 1.0}}) == "inconclusive"
+    assert verdict_64(None) == "not measured"
+
+
+def test_probe_arm_pays_its_first_sweep(tiny):
+    sess = Session(tiny["loaded"], {})
+    probe = Arm("p", "identity", 3, 16, "probe")
+    plain = Arm("i", "identity", 3, 16)
+
+    class Pre:  # the plan of a 200-token prompt with 20 exact prefix rows
+        from gpu.core.plan import Plan
+        plan = Plan(200, 3, 16, 8).with_rows(list(range(20)))
+
+    sweep = probe_sweep_macs(sess.arch, 184, 3, 16, "identity")
+    assert sweep > 0
+    from rfmath import cost
+    exact = cost.macs(sess.arch, 200, arm="exact")
+    assert sess.macs_share(probe, Pre, 200) == pytest.approx(
+        sess.macs_share(plain, Pre, 200) + sweep / exact)
+    control = Arm("c", "identity", 3, 16, "probe", control="random", of="p")
+    assert sess.macs_share(control, Pre, 200) == sess.macs_share(plain, Pre, 200)
+
+
+def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
+    out = tmp_path / "frontier"
+    [s] = run_tiny(tiny, out)
+    root = out / tiny["loaded"].name
+    for f in ("frontier.md", "frontier.json", "frontier.png", "report.json", "records.jsonl",
+              "timing.json"):
+        assert (root / f).is_file(), f
+    names = {r["arm"] for r in s["rows"]}
+    assert {"exact", "pop@6", "ridge@5/t1", "identity+lexical@2/t96",
+            "ridge@3/t96/rescale-keys"} <= names
+    by = {r["arm"]: r for r in s["rows"]}
+    assert by["exact"]["macs_share"] == 1.0 and by["ridge@5/t1"]["vs_pop"] is not None
+    assert by["ridge@5/t1"]["dnll_novel"] is not None and by["ridge@5/t1"]["speedup"]
+    assert s["test_6_4"]["a"] == "ridge@5/t1" and s["test_6_4"]["b"] == "pop@6"
+    assert s["test_6_4"]["status"] in ("confirmed", "refuted", "inconclusive")
+    assert s["dominating"]["retrieval"]  # (a random tiny model has no key tokens)
+    md = (root / "frontier.md").read_text()
+    assert "Paper 6.4" in md and "seed 0" in md and s["command"]
+    assert json.loads((root / "frontier.json").read_text())["rows"]
+    # a rerun measures nothing again
+    import gpu.eval.instruments as ins
+    monkeypatch.setattr(ins, "needles", lambda *a, **k: pytest.fail("remeasured a needle"))
+    monkeypatch.setattr(ins, "loss", lambda *a, **k: pytest.fail("remeasured a document"))
+    [again] = run_tiny(tiny, out)
+    assert again["rows"] == s["rows"]
