@@ -44,12 +44,13 @@ class Conversation:
         self.text = ""               # the text whose tokens the cache holds
 
     def _render(self, turns: list[tuple[str, str | None]]) -> str:
-        """The conversation's text: the document and the first question in one user turn."""
+        """The conversation's text: the document and the first question in one user turn, as
+        gpu.core.prompt.build renders a single question (its answer prefix added by ``ask``)."""
         if not self.chat:
             bos = self.tok.bos_token if getattr(self.tok, "add_bos_token", True) and self.tok.bos_token else ""
             parts = [bos + self.document]
             for q, a in turns:
-                parts.append(f"\n\n{q}\n" + (a if a is not None else ""))
+                parts.append(f"\n\n{q}" + (a if a is not None else ""))
             return "".join(parts)
         messages = []
         for i, (q, a) in enumerate(turns):
