@@ -86,7 +86,7 @@ def test_probe_arm_pays_its_first_sweep(tiny):
 
 def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     out = tmp_path / "frontier"
-    [s] = run_tiny(tiny, out)
+    [s] = run_tiny(tiny, out, checks=[0.05])
     root = out / tiny["loaded"].name
     for f in ("frontier.md", "frontier.json", "frontier.png", "report.json", "records.jsonl",
               "timing.json"):
@@ -107,5 +107,9 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     import gpu.eval.instruments as ins
     monkeypatch.setattr(ins, "needles", lambda *a, **k: pytest.fail("remeasured a needle"))
     monkeypatch.setattr(ins, "loss", lambda *a, **k: pytest.fail("remeasured a document"))
-    [again] = run_tiny(tiny, out)
+    chk = by["ridge@5/t96/check-0.05"]
+    assert chk["check_needles"]["steps"] >= 1 and chk["check_docs"]["steps"] >= 1
+    assert chk["check_needles"]["overhead"] is not None and chk["vs_default_rows"]
+    assert "Decode-time check" in md
+    [again] = run_tiny(tiny, out, checks=[0.05])
     assert again["rows"] == s["rows"]

@@ -120,3 +120,31 @@ def decode(feeder: CheckedFeeder, first: torch.Tensor, max_new_tokens: int, eos_
             break
         logits = feeder.push(out[-1])
     return out
+
+
+def checked_loss(sess, arm, prompt: Prompt, start: int, continuation: list[int],
+                 count: int = 0, seed: int = 0) -> tuple[dict, torch.Tensor | None]:
+    """Loss of a decode-check arm (gpu.eval.instruments.loss's record): the rows before the
+    scored stretch ``[start, N)`` prefilled under the arm (its own tail), then the stretch and
+    the exact arm's ``continuation`` fed as decoding steps through the check. Returns the
+    record and the logits predicting each continuation token (for agreement), or None."""
+    from .instruments import plan_counts
+
+    t0 = time.perf_counter()
+    head = Prompt(prompt.ids[:, :start], prompt.text, prompt.spans[:start], prompt.pieces[:start],
+                  prompt.special[prompt.special < start], start)
+    pre = sess.prefill(arm, head, count=count, seed=seed)
+    feeder = CheckedFeeder(sess.engine(arm.split), pre, head, arm.config(), arm.check)
+    ids = prompt.ids[0].tolist()
+    logits = [pre.last_logits]
+    for t in ids[start:] + continuation[:-1]:
+        logits.append(feeder.push(t))
+    logp = torch.log_softmax(torch.stack(logits[: prompt.n - start]).double(), -1)
+    target = prompt.ids[0, start:].to(logp.device)
+    nll = -logp.gather(1, target[:, None])[:, 0]
+    rec = {"nll": [round(float(x), 5) for x in nll], "n": prompt.n, **plan_counts(pre, start),
+           "macs_share": sess.macs_share(arm, pre, start),
+           "check": {**feeder.stats, "exact_prefix_after": feeder.exact_rows},
+           "seconds": time.perf_counter() - t0}
+    agree = torch.stack(logits[prompt.n - start:]).float() if continuation else None
+    return rec, agree

@@ -126,6 +126,11 @@ class Frontier:
         """Every arm against POP native (against exact the harness pairs already)."""
         return [(a.name, self.pop_native) for a in arms if a.name not in ("exact", self.pop_native)]
 
+    def check_pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
+        """Each decode-check arm against the default rows at its split and tail."""
+        return [(a.name, arm_name("ridge", a.split, a.tail, DEFAULT_ROWS)) for a in arms
+                if a.check is not None]
+
     def tests(self, arms: list[Arm]) -> list[tuple[str, str, float]]:
         """Every arm vs POP native at paper 3.4's 3-point retrieval margin; the one of paper
         6.4 (RidgeFill at 5/8 depth, :attr:`headline`) is the registered test, the rest
@@ -195,7 +200,8 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         maps = ev.ensure_maps(lm, cfg, root, calib, progress, **(fit_kw or {}))
         rep = ev.evaluate_model(lm, cfg, out_dir, texts or CorpusTexts(), maps=maps,
                                 command=command, progress=progress, arms=arms, shard=shard,
-                                pairs=fr.pairs(arms), tests=fr.tests(arms))
+                                pairs=fr.pairs(arms) + fr.check_pairs(arms),
+                                tests=fr.tests(arms))
         if rep is None:  # a rank other than 0: rank 0 merged the shares
             continue
         timing = timed(lm, cfg, maps, arms, root, timing_units) if timing_units else {}

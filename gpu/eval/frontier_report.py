@@ -53,6 +53,10 @@ def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str) -> list[dict]:
             "dnll_novel": d.get("dnll_novel"), "dnll_key": d.get("dnll_key"),
             "novel_vs_pop": c.get("dnll_novel"), "key_vs_pop": c.get("dnll_key"),
             "agreement": d.get("agreement"), "macs_share": macs,
+            "check_needles": x.get("check"), "check_docs": d.get("check"),
+            "vs_default_rows": {k: v for k, v in next(
+                (c for (a_, b), c in con.items() if a_ == a.name and b != pop), {}).items()
+                if k not in ("a", "b")} if a.check is not None else None,
             "prefill_seconds": t.get("prefill"),
             "speedup": (t_exact / t["prefill"]) if t_exact and t.get("prefill") else None,
             "mac_ceiling": (1.0 / macs) if macs else None})
@@ -160,6 +164,18 @@ def markdown(s: dict) -> str:
                  f"{'-' if not nip else ('pass ' if nip['passed'] else 'fail ') + _n(nip['bound'], '+.1f')} | "
                  f"{_iv(r['dnll_novel'], '+.3f')} | {_iv(r['dnll_key'], '+.3f')} | "
                  f"{_iv(r['key_vs_pop'], '+.3f')} | {_n(r['agreement'], '.2f')} |")
+    checks = [r for r in s["rows"] if r["check"] is not None]
+    if checks:
+        L += ["", "## Decode-time check (paper Appendix I.4) against the default rows", "",
+              "| arm | retrieval | vs default rows (pts) | key dNLL vs default rows | repairs per "
+              "answer | rows repaired per answer | decoding overhead | repairs per document |",
+              "|---|---|---|---|---|---|---|---|"]
+        for r in checks:
+            cn, cd, vs = r["check_needles"] or {}, r["check_docs"] or {}, r["vs_default_rows"] or {}
+            L.append(f"| `{r['arm']}` | {_n(r['retrieval'])} | {_iv(vs.get('retrieval'))} | "
+                     f"{_iv(vs.get('dnll_key'), '+.3f')} | {_n(cn.get('repairs'), '.2f')} | "
+                     f"{_n(cn.get('rows_repaired'), '.1f')} | {_n(cn.get('overhead'), '+.0%')} | "
+                     f"{_n(cd.get('repairs'), '.2f')} |")
     L += ["", "Intervals: paired 95% bootstrap (within task for retrieval, within domain for "
           "documents); NI: the one-sided bound vs POP native (pass when above -3 points). MAC "
           "share: rfmath.cost, every sweep charged (a probe's first sweep included); speedup: "

@@ -44,6 +44,7 @@ from ..core import models
 from . import tasks
 from .instruments import Arm, Session
 from .grid import EvalConfig, preset_for, study_arms
+from .decode_check import checked_loss
 from .journal import Journal
 from .shard import Shard, merged_records
 from .loss_masks import novel_token_mask
@@ -120,9 +121,13 @@ def run_docs(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm]
         feed = ins.Agreement(sess, len(todo), cont, ex_logits) if cont else None
         recs = []
         for arm in todo:  # in run order: a selection's count is known before its controls
-            r, agree_pre = ins.loss(sess, arm, u.prompt, start, count=counts.get(arm.of, 0),
-                                    seed=u.seed, exact_cache=pre.cache,
-                                    agreement=feed is not None, native_tail=True)
+            if arm.check is not None:  # the stretch and the continuation decode under the check
+                r, agree_pre = checked_loss(sess, arm, u.prompt, start, cont,
+                                            count=counts.get(arm.of, 0), seed=u.seed)
+            else:
+                r, agree_pre = ins.loss(sess, arm, u.prompt, start, count=counts.get(arm.of, 0),
+                                        seed=u.seed, exact_cache=pre.cache,
+                                        agreement=feed is not None, native_tail=True)
             if feed is not None:
                 feed.add(arm, agree_pre)
             counts[arm.name] = int(r["exact_prefix"])

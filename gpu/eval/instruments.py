@@ -16,8 +16,9 @@ Instruments:
 """
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -242,7 +243,9 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
         if arm.fill == "exact":
             exact_cache = pre.cache
         rec["prefill_seconds"] = time.perf_counter() - t0
-        if batch.accepts(pre):
+        if arm.check is not None:
+            tokens = checked_answer(sess, arm, pre, prompt, max_new_tokens, eos, found, rec)
+        elif batch.accepts(pre):
             tokens = batch.add(pre)  # a slot, answered below
         else:
             t1 = time.perf_counter()
@@ -263,6 +266,28 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
                    seconds=rec["prefill_seconds"] + rec["decode_seconds"])
         out.append(rec)
     return out
+
+
+def checked_answer(sess: Session, arm: Arm, pre: Prefill, prompt: Prompt, max_new_tokens: int,
+                   eos, found, rec: dict) -> list[int]:
+    """The answer of a decode-check arm (paper I.4; gpu.eval.decode_check), decoded alone; its
+    repairs, and the seconds per step of the same prefill decoded without the check (a copy
+    of its cache) beside its own: the check's overhead."""
+    from .decode_check import CheckedFeeder, decode
+
+    engine = sess.engine(arm.split)
+    t0 = time.perf_counter()
+    plain = engine.decode(replace(pre, cache=copy.deepcopy(pre.cache)), max_new_tokens, eos,
+                          stop=found)
+    t1 = time.perf_counter()
+    feeder = CheckedFeeder(engine, pre, prompt, arm.config(), arm.check)
+    tokens = decode(feeder, pre.last_logits, max_new_tokens, eos, stop=found)
+    t2 = time.perf_counter()
+    rec["decode_seconds"] = t2 - t1
+    rec["check"] = {**feeder.stats, "exact_prefix_after": feeder.exact_rows,
+                    "seconds_per_step": (t2 - t1) / len(tokens),
+                    "plain_seconds_per_step": (t1 - t0) / len(plain)}
+    return tokens
 
 
 def stretch_nll(pre: Prefill, ids: torch.Tensor, start: int) -> np.ndarray:
@@ -332,8 +357,12 @@ class Agreement:
         self.batch = Batch(sess.model, capacity, max(len(continuation) - 1, 0))
         self.items: list[int | tuple[torch.Tensor, float]] = []
 
-    def add(self, arm: Arm, pre: Prefill) -> None:
-        if self.batch.accepts(pre):
+    def add(self, arm: Arm, pre: Prefill | torch.Tensor) -> None:
+        """``pre``: a prefill to continue, or the logits an arm already fed (the decode
+        check's, gpu.eval.decode_check.checked_loss)."""
+        if isinstance(pre, torch.Tensor):
+            self.items.append((pre, 0.0))  # its feeding time is in its loss record
+        elif self.batch.accepts(pre):
             self.items.append(self.batch.add(pre))
         else:
             t0 = time.perf_counter()

@@ -104,9 +104,25 @@ def _needles(recs: list[dict], arms: list[dict]) -> dict:
             "needle_rows_exact": _f(np.mean(cover)) if cover else None,
             "macs_share": _f(np.mean(macs)) if macs else None,
             "seconds": _f(np.mean([r["seconds"] for r in rows])),
+            "check": check_stats(rows),
         }
         out["by_stratum"][name] = {s: _f(np.nanmean(v[np.array(st) == s])) for s in sorted(set(st))}
     out["_vec"], out["_strata"] = vec, st
+    return out
+
+
+def check_stats(rows: list[dict]) -> dict | None:
+    """A decode-check arm's means per record (paper I.4): repairs, rows made exact, exact
+    prefix rows after them, and the decoding-time overhead over the same prefill decoded
+    without the check (needle answers: seconds per step, both timed)."""
+    ch = [r["check"] for r in rows if r.get("check")]
+    if not ch:
+        return None
+    out = {k: _f(np.mean([c[k] for c in ch])) for k in ("repairs", "rows_repaired",
+                                                         "exact_prefix_after", "steps")}
+    plain = [c for c in ch if c.get("plain_seconds_per_step")]
+    out["overhead"] = _f(np.mean([c["seconds_per_step"] for c in plain]) /
+                         np.mean([c["plain_seconds_per_step"] for c in plain]) - 1) if plain else None
     return out
 
 
@@ -156,6 +172,7 @@ def _docs(recs: list[dict], arms: list[dict]) -> dict:
             "kl_mean": _f(np.nanmean(d["kl"])) if np.isfinite(d["kl"]).any() else None,
             "kl_median": _f(np.nanmedian(d["kl"])) if np.isfinite(d["kl"]).any() else None,
             "seconds": _f(np.mean([r["seconds"] for r in by[name].values()])),
+            "check": check_stats(list(by[name].values())),
         }
     out["_d"], out["_strata"] = deltas, domain
     return out
