@@ -1,4 +1,4 @@
-"""The ``ridgefill`` command line: fit, generate, demo, eval, bench."""
+"""The ``ridgefill`` command line: fit, generate, demo, eval, bench, advise."""
 from __future__ import annotations
 
 from . import __version__
@@ -149,7 +149,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="frontier: decode-time check thresholds at 5/8 depth (paper I.4)")
     e.add_argument("--timing-units", type=int, default=2,
                    help="frontier: samples each arm's prefill is timed on (0: no timing)")
+    v = sub.add_parser("advise", help="choose split, tail and rows for a model (paper 9, "
+                                      "steps 2-5): a small frontier on held-out text")
+    _model_args(v)
+    v.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096],
+                   help="prompt lengths of the synthetic needles (your workload's)")
+    v.add_argument("--budget", nargs="+", type=_option, default=[], metavar="KEY=VALUE",
+                   help="retrieval=POINTS below exact (default 5), key=NATS of key-token "
+                        "dNLL (default 0.5)")
+    v.add_argument("--tails", type=int, nargs="+", default=[1, 512, 1024])
+    v.add_argument("--samples", type=int, default=4, help="needle samples per task and length")
+    v.add_argument("--docs", type=int, default=4, help="held-out documents for loss")
+    v.add_argument("--calib", default="builtin", help="'builtin' or a folder of .txt/.md files")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--threads", type=int, help="torch CPU threads")
+    v.add_argument("--out-dir", type=Path, default=Path("results/advise"))
+    v.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
+
+
+def _cmd_advise(a) -> int:
+    import torch
+    from .tools.advise import BUDGET, run
+
+    budget = dict(a.budget)
+    unknown = set(budget) - set(BUDGET)
+    if unknown:
+        raise ValueError(f"--budget {sorted(unknown)}: give retrieval=POINTS and/or key=NATS")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    run(a.model, lengths=a.lengths, budget={k: float(x) for k, x in budget.items()},
+        out_dir=a.out_dir, samples=a.samples, docs=a.docs, tails=a.tails, calib=a.calib,
+        seed=a.seed, device=a.device, dtype=_dtype(a.dtype), progress=not a.quiet)
+    return 0
 
 
 def _cmd_fit(a) -> int:
@@ -211,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_fit(a)
         if a.command == "generate":
             return _cmd_generate(a)
+        if a.command == "advise":
+            return _cmd_advise(a)
         if a.command == "demo":
             from .tools.demo import run
             return run(a.model, a.device, a.out_dir)

@@ -140,11 +140,14 @@ class Frontier:
 
 def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
                     lengths: tuple[int, ...] | None = None, loss_length: int = 4096,
-                    tails: tuple[int, ...] = TAILS, seed: int = 0) -> tuple[EvalConfig, Frontier]:
+                    tails: tuple[int, ...] = TAILS, seed: int = 0,
+                    fills: tuple[str, ...] = ("ridge", "identity"),
+                    checks: tuple[float, ...] = ()) -> tuple[EvalConfig, Frontier]:
     """(the harness's grid, the frontier) of a loaded model, sized like the selector study:
     ``samples`` per task and length (two tasks, two lengths: 40), ``docs`` documents."""
     preset = preset_for(loaded)
-    fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), cut=CUTS.get(loaded.name, ()))
+    fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), fills=fills, checks=checks,
+                  cut=CUTS.get(loaded.name, ()))
     lengths = tuple(lengths or LENGTHS.get(loaded.name, (2048, 4096)))
     rest = [s for s in fr.splits if s != fr.primary]
     tail = max(fr.tails)  # needles lie before every arm's tail; key tokens see no prefix
@@ -160,7 +163,8 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
     return cfg, fr
 
 
-def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int) -> dict:
+def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int,
+          texts) -> dict:
     """Each arm's prefill alone on ``units`` samples of the longest length (kept in
     ``timing.json`` and reused while the arms and samples are the same)."""
     path = root / "timing.json"
@@ -170,7 +174,7 @@ def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int
     t0 = time.time()
     sess = Session(loaded, maps, reuse_lower=False)
     longest = max(cfg.needles)
-    pool = [u for u in needle_units(loaded.tokenizer, cfg, CorpusTexts(), {})
+    pool = [u for u in needle_units(loaded.tokenizer, cfg, texts, {})
             if u.meta["length"] == longest]
     arms = [a for a in arms if a.check is None]  # a check costs at decoding, not at prefill
     out = {"key": key, "arms": time_arms(sess, pool, arms, units), "length": longest,
@@ -184,27 +188,29 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         docs: int = 8, lengths: list[int] | None = None, tails: list[int] | None = None,
         checks: list[float] | None = None, seed: int = 0, device: str | None = None,
         timing_units: int = 2, progress: bool = True, loaded=None, texts=None,
-        fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096) -> list[dict]:
+        fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096,
+        fills: tuple[str, ...] = ("ridge", "identity")) -> list[dict]:
     """``ridgefill eval frontier``: each model's grid (resumable), its timing and summary.
     ``loaded`` / ``texts`` / ``fit_kw`` / ``calib``: a model, texts and fit settings other
-    than the built-in ones (the tests' tiny model). Returns the summaries (rank 0)."""
+    than the built-in ones (the tests' tiny model, the advisor). Returns the summaries (rank 0)."""
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval frontier"
     shard, out = Shard.from_env(), []
     for name in names:
         lm = loaded if loaded is not None else models.load(name, device=device)
         cfg, fr = frontier_config(lm, samples=samples, docs=docs, lengths=lengths,
-                                  tails=tuple(tails or TAILS), seed=seed, loss_length=loss_length)
-        fr = replace(fr, checks=tuple(checks or ()))
+                                  tails=tuple(tails or TAILS), seed=seed, loss_length=loss_length,
+                                  fills=fills, checks=tuple(checks or ()))
         arms = fr.arms()
         root = out_dir / lm.name
         maps = ev.ensure_maps(lm, cfg, root, calib, progress, **(fit_kw or {}))
-        rep = ev.evaluate_model(lm, cfg, out_dir, texts or CorpusTexts(), maps=maps,
+        texts = texts or CorpusTexts()
+        rep = ev.evaluate_model(lm, cfg, out_dir, texts, maps=maps,
                                 command=command, progress=progress, arms=arms, shard=shard,
                                 pairs=fr.pairs(arms) + fr.check_pairs(arms),
                                 tests=fr.tests(arms))
         if rep is None:  # a rank other than 0: rank 0 merged the shares
             continue
-        timing = timed(lm, cfg, maps, arms, root, timing_units) if timing_units else {}
+        timing = timed(lm, cfg, maps, arms, root, timing_units, texts) if timing_units else {}
         summ = summarize(rep, fr, arms, timing, {"command": command, "seed": seed})
         write_summary(root, summ)
         print(f"{lm.name}: {rep['counts']['records']} records{' (PARTIAL)' if summ['partial'] else ''}"

@@ -1,0 +1,160 @@
+"""``ridgefill advise``: paper section 9's recipe (steps 2-5) automated for one model.
+
+1. Step 4 first: the engine with the fill switched off must reproduce the stock forward
+   bitwise, so every difference measured after is the fill's.
+2. Steps 2-3: one capture fits maps for every split of a small frontier (1/4, 3/8, 1/2, 5/8
+   depth and POP's split; gpu.maps.fit), and the RidgeFill fill runs at each with the
+   ``--tails`` and with no rows or the default rows, beside POP native and exact
+   (gpu.eval.frontier on the harness: resumable, paired intervals).
+3. Step 5: each configuration's filled-region retrieval on synthetic needles at the user's
+   ``--lengths`` and its key-token dNLL on documents, both on held-out calibration text:
+   documents of the calibration source the capture never read (the built-in set's lambda
+   role, or the last fifth of a ``--calib`` folder, which only scores lambda).
+4. The recommendation follows :func:`recommend`'s rule, stated before any number; the MAC
+   ceiling (1 / MAC share) and the measured prefill speedup are printed beside it.
+
+Writes ``<out>/<model>/advice.json`` and ``advice.png`` beside the frontier's files.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import torch
+
+from rfmodel.atomic import write_json
+
+from ..core import models
+from ..core.config import PrefillConfig
+from ..core.engine import Engine
+from ..data import corpus
+from ..eval import frontier
+from ..eval.frontier_report import plot
+
+BUDGET = {"retrieval": 5.0, "key": 0.5}  # points below exact; key-token dNLL, nats
+
+
+class HeldOutTexts:
+    """Haystacks and documents from held-out calibration documents (never captured)."""
+
+    name = "heldout-calibration"
+
+    def __init__(self, docs: list):
+        if not docs:
+            raise ValueError("no held-out calibration documents: give --calib a folder of at "
+                             "least two .txt/.md files (its last fifth is held out)")
+        self.docs = docs
+
+    def haystack(self, min_chars: int, seed: int) -> str:
+        ordered = sorted(self.docs, key=lambda d: hashlib.sha256(f"{seed}:{d.doc_id}".encode())
+                         .hexdigest())
+        text = "\n\n".join(d.text.strip() for d in ordered)
+        if len(text) < min_chars:
+            raise ValueError(f"the held-out calibration text holds {len(text)} characters; "
+                             f"needles at these lengths need {min_chars}: add documents to "
+                             "--calib or ask for shorter --lengths")
+        return text
+
+    def documents(self, min_chars: int) -> list:
+        return [d for d in self.docs if len(d.text) >= min_chars]
+
+
+def held_out(calib: str, heldout_docs: int = 2, seed: int = 0) -> HeldOutTexts:
+    """The calibration documents gpu.maps.fit does not capture (its lambda documents and,
+    for the built-in set, the rest of the lambda role)."""
+    if calib == "builtin":
+        return HeldOutTexts(corpus.lambda_set(seed=seed))
+    docs = corpus.read_folder(calib)
+    n_held = min(heldout_docs, max(len(docs) // 5, 1)) if len(docs) > 1 else 0
+    return HeldOutTexts(docs[len(docs) - n_held:] if n_held else [])
+
+
+@torch.inference_mode()
+def fill_off_is_exact(loaded, n: int = 64) -> bool:
+    """Paper 9 step 4: the engine with the fill switched off gives the stock forward's
+    logits bitwise."""
+    ids = torch.arange(n)[None] % loaded.model.config.get_text_config().vocab_size
+    ids = ids.to(loaded.model.device)
+    ours = Engine(loaded.model).run(ids, PrefillConfig(fill="exact"), logits_rows=n).logits
+    stock = loaded.model(input_ids=ids).logits[0]
+    return bool(torch.equal(ours, stock))
+
+
+def recommend(summary: dict, budget: dict) -> dict:
+    """The rule, stated before any number: a configuration keeps the budget when its
+    retrieval is at most ``budget['retrieval']`` points below exact (point estimate of the
+    paired difference) and its key-token dNLL against exact is at most ``budget['key']``
+    nats (point estimate; a run with no key tokens is judged on retrieval alone). Among
+    those, the lowest MAC share wins; ties go to higher retrieval, then lower key dNLL.
+    When none keeps the budget, the advice is exact prefill."""
+    ok = []
+    for r in summary["rows"]:
+        if r["arm"] == "exact" or r["macs_share"] is None or not r["vs_exact"]:
+            continue
+        drop = r["vs_exact"]["estimate"]
+        key = (r["dnll_key"] or {}).get("estimate")
+        if drop >= -budget["retrieval"] and (key is None or key <= budget["key"]):
+            ok.append((r["macs_share"], -r["retrieval"], key if key is not None else 0.0, r))
+    if not ok:
+        return {"arm": "exact", "keeps_budget": False, "budget": budget,
+                "why": "no configuration keeps the budget: use exact prefill (--fill exact)"}
+    r = min(ok, key=lambda t: t[:3])[3]
+    flags = {"split": r["split"], "tail": r["tail"], "fill": r["fill"], "rows": r["rows"]}
+    return {"arm": r["arm"], "keeps_budget": True, "budget": budget, "config": flags,
+            "flags": " ".join(f"--{k} {v}" for k, v in flags.items()),
+            "retrieval": r["retrieval"], "vs_exact": r["vs_exact"], "dnll_key": r["dnll_key"],
+            "macs_share": r["macs_share"], "mac_ceiling": r["mac_ceiling"],
+            "speedup": r["speedup"]}
+
+
+def table(summary: dict) -> str:
+    """The frontier as a plain-text table, by MAC share."""
+    out = [f"{'configuration':34} {'MAC share':>9} {'ceiling':>8} {'speedup':>8} "
+           f"{'retrieval':>9} {'vs exact':>9} {'key dNLL':>9}"]
+    for r in sorted(summary["rows"], key=lambda r: r["macs_share"] or 9.0):
+        key = (r["dnll_key"] or {}).get("estimate")
+        drop = (r["vs_exact"] or {}).get("estimate")
+        cells = [r["macs_share"], r["mac_ceiling"], r["speedup"], r["retrieval"], drop, key]
+        fmt = ["{:9.3f}", "{:7.2f}x", "{:7.2f}x", "{:9.1f}", "{:+9.1f}", "{:+9.3f}"]
+        out.append(f"{r['arm']:34} " + " ".join("-".rjust(len(f.format(0))) if v is None
+                                              else f.format(v) for v, f in zip(cells, fmt)))
+    return "\n".join(out)
+
+
+def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = None,
+        out_dir: Path = Path("results/advise"), samples: int = 4, docs: int = 4,
+        tails: list[int] | None = None, calib: str = "builtin", seed: int = 0,
+        device: str | None = None, dtype=None, progress: bool = True, loaded=None,
+        fit_kw: dict | None = None,
+        loss_length: int | None = None, timing_units: int = 1) -> dict:
+    """Run the advisor on ``model`` (or an already ``loaded`` one); returns the advice dict."""
+    budget = {**BUDGET, **(budget or {})}
+    lm = loaded if loaded is not None else models.load(model, device=device, dtype=dtype)
+    lengths = sorted(lengths or [2048, 4096])
+    exact_ok = fill_off_is_exact(lm)
+    texts = held_out(calib, (fit_kw or {}).get("heldout_docs", 2), seed)
+    [summary] = frontier.run([lm.name], out_dir=out_dir, samples=samples, docs=docs,
+                             lengths=lengths, tails=tails or [1, 512, 1024], seed=seed,
+                             timing_units=timing_units, progress=progress, loaded=lm,
+                             texts=texts, fit_kw=fit_kw, calib=calib, fills=("ridge",),
+                             loss_length=loss_length or min(lengths))
+    advice = {"model": lm.name, "lengths": lengths, "calib": calib, "texts": texts.name,
+              "seed": seed, "command": "ridgefill " + " ".join(sys.argv[1:]),
+              "fill_off_bitwise_exact": exact_ok, "recommendation": recommend(summary, budget),
+              "partial": summary["partial"], "frontier": summary["rows"],
+              "samples": summary["samples"], "documents": summary["documents"]}
+    root = out_dir / lm.name
+    write_json(root / "advice.json", advice)
+    plot(summary, root / "advice.png")
+    rec = advice["recommendation"]
+    print(table(summary))
+    print(f"\nbudget: retrieval within {budget['retrieval']:g} points of exact, key-token dNLL "
+          f"<= {budget['key']:g} nats; fill off reproduces exact bitwise: {exact_ok}")
+    if rec["keeps_budget"]:
+        print(f"recommended: {rec['arm']} ({rec['flags']}): MAC share {rec['macs_share']:.3f} "
+              f"(ceiling {rec['mac_ceiling']:.2f}x), measured speedup "
+              f"{rec['speedup'] or float('nan'):.2f}x -> {root}/advice.json")
+    else:
+        print(f"recommended: exact prefill ({rec['why']}) -> {root}/advice.json")
+    return advice

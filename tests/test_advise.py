@@ -1,0 +1,68 @@
+"""``ridgefill advise`` (gpu.tools.advise, paper 9 steps 2-5) end to end on a tiny random
+Llama through the CLI, and its recommendation rule on known frontiers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gpu.eval import minimodel
+from gpu.tools.advise import BUDGET, HeldOutTexts, held_out, recommend
+
+pytestmark = pytest.mark.slow
+
+
+def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
+    from gpu.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = minimodel.build(tmp_path / "tiny-llama")
+        calib = minimodel.write_calibration(tmp_path / "calib", n_docs=10)
+        out = tmp_path / "advise"
+        assert main(["advise", "--model", str(model), "--lengths", "512", "--tails", "1", "96",
+                     "--samples", "1", "--docs", "1", "--calib", str(calib), "--out-dir",
+                     str(out), "--budget", "retrieval=100", "key=9", "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    advice = json.loads((out / "tiny-llama" / "advice.json").read_text())
+    assert (out / "tiny-llama" / "advice.png").is_file()
+    assert advice["fill_off_bitwise_exact"] is True
+    rec = advice["recommendation"]
+    assert rec["keeps_budget"] and rec["budget"] == {"retrieval": 100.0, "key": 9.0}
+    cheapest = min(r["macs_share"] for r in advice["frontier"] if r["arm"] != "exact")
+    assert rec["macs_share"] == cheapest  # a budget everything keeps: the cheapest wins
+    assert "recommended: " + rec["arm"] in printed and "MAC share" in printed
+    assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge"}
+    assert advice["texts"] == "heldout-calibration"
+    assert main(["advise", "--model", str(model), "--budget", "speed=2"]) == 2
+
+
+def row(arm, macs, retrieval, drop, key):
+    return {"arm": arm, "macs_share": macs, "retrieval": retrieval, "split": 3, "tail": 1,
+            "fill": "ridge", "rows": "none", "mac_ceiling": 1 / macs, "speedup": None,
+            "vs_exact": {"estimate": drop}, "dnll_key": None if key is None else {"estimate": key}}
+
+
+def test_rule_cheapest_within_budget_else_exact():
+    s = {"rows": [{"arm": "exact", "macs_share": 1.0, "vs_exact": None},
+                  row("a", 0.5, 60.0, -40.0, 0.1), row("b", 0.6, 98.0, -2.0, 0.7),
+                  row("c", 0.7, 97.0, -3.0, 0.2), row("d", 0.8, 100.0, 0.0, 0.0)]}
+    rec = recommend(s, BUDGET)
+    assert rec["arm"] == "c" and rec["flags"] == "--split 3 --tail 1 --fill ridge --rows none"
+    assert recommend(s, {"retrieval": 50.0, "key": 0.5})["arm"] == "a"
+    none = recommend(s, {"retrieval": 0.0, "key": -1.0})
+    assert none["arm"] == "exact" and not none["keeps_budget"]
+
+
+def test_held_out_text_is_what_the_fit_never_captures(tmp_path):
+    calib = minimodel.write_calibration(tmp_path / "c", n_docs=10)
+    texts = held_out(str(calib), heldout_docs=2)
+    assert [d.doc_id.rsplit("/", 1)[-1] for d in texts.docs] == ["calib8.txt", "calib9.txt"]
+    with pytest.raises(ValueError, match="add documents to --calib"):
+        texts.haystack(10 ** 7, 0)
+    with pytest.raises(ValueError, match="at least two"):
+        HeldOutTexts([])
