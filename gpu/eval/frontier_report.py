@@ -33,7 +33,9 @@ def _est(iv: dict | None) -> float | None:
     return None if not iv else iv.get("estimate")
 
 
-def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str) -> list[dict]:
+def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str, defaults: dict[str, str]
+          ) -> list[dict]:
+    """One row per arm; ``defaults``: each decode-check arm's default-rows arm."""
     needles = rep.get("needles", {}).get("arms", {})
     docs = rep.get("documents", {}).get("arms", {})
     con = {(c["a"], c["b"]): c for c in rep.get("contrasts", [])}
@@ -54,9 +56,7 @@ def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str) -> list[dict]:
             "novel_vs_pop": c.get("dnll_novel"), "key_vs_pop": c.get("dnll_key"),
             "agreement": d.get("agreement"), "macs_share": macs,
             "check_needles": x.get("check"), "check_docs": d.get("check"),
-            "vs_default_rows": {k: v for k, v in next(
-                (c for (a_, b), c in con.items() if a_ == a.name and b != pop), {}).items()
-                if k not in ("a", "b")} if a.check is not None else None,
+            "vs_default_rows": con.get((a.name, defaults.get(a.name))),
             "prefill_seconds": t.get("prefill"),
             "speedup": (t_exact / t["prefill"]) if t_exact and t.get("prefill") else None,
             "mac_ceiling": (1.0 / macs) if macs else None})
@@ -76,7 +76,7 @@ def verdict_64(row: dict | None, margin: float = MARGIN_POP) -> str:
 
 def summarize(rep: dict, fr, arms: list[Arm], timing: dict, meta: dict) -> dict:
     """The frontier's summary dict (``fr``: gpu.eval.frontier.Frontier)."""
-    rows = _rows(rep, arms, timing, fr.pop_native)
+    rows = _rows(rep, arms, timing, fr.pop_native, dict(fr.check_pairs(arms)))
     by = {r["arm"]: r for r in rows}
     pop = by[fr.pop_native]
     fronts = {}

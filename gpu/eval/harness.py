@@ -17,7 +17,8 @@ holds every expected value.
 
 Every measurement is appended to ``<out>/<model>/records.jsonl`` as it finishes
 (gpu.eval.journal); a rerun skips what is there and only aggregates again; a stopped run still
-writes its partial report. Maps are fitted once with gpu.maps.fit on the built-in calibration set
+writes its partial report. Under torchrun each rank measures a disjoint, seed-determined share
+into ``records.rank<r>-of-<w>.jsonl`` and rank 0 reports on the merged shares (gpu.eval.shard). Maps are fitted once with gpu.maps.fit on the built-in calibration set
 and cached under ``<out>/<model>/maps``.
 
 ``ridgefill eval study`` runs the grid of issue 5 (``make eval``); ``ridgefill eval mini``

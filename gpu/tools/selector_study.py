@@ -352,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         arms = arms_for(S, T, tuple(a.controls), tuple(a.selectors))
         rep = ev.evaluate_model(loaded, cfg, a.out_dir, CorpusTexts(), maps=maps,
                                 command=command, progress=not a.quiet, preset=preset, arms=arms)
+        if rep is None:  # a rank other than 0 under torchrun: rank 0 merged and summarizes
+            continue
         sessions = [r for r in Journal(a.out_dir / loaded.name / "records.jsonl").records()
                     if r.get("instrument") == "session"]  # a resumed run counts every session
         wall = sum(r.get("wall_seconds", 0.0) for r in sessions) or time.time() - t0
