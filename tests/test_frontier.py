@@ -47,7 +47,8 @@ def test_grid_of_a_30_layer_model():
     assert "identity@20/t1" not in names  # that is POP native
     assert {"ridge@19/t1", "identity+lexical@8/t1024", "ridge@11/t512/rescale-values",
             "ridge@11/t512/rescale-keys"} <= set(names)
-    assert len(names) == 2 + 5 * 2 * 3 * 2 - 1 + 2
+    assert len(names) == 2 + 5 * 2 * 3 * 2 - 1 + 2 + 2
+    assert {"ridge@19/t1/splice-keys", "ridge@19/t1/splice-values"} <= set(names)
     assert f.headline == "ridge@19/t1" and (f.headline, "pop@20", 3.0) in f.tests(f.arms())
     cut = fr.Frontier(18, cut=fr.CUTS["gemma3-270m"]).arms()
     assert "pop@12" in [a.name for a in cut]
@@ -110,6 +111,7 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     chk = by["ridge@5/t96/check-0.05"]
     assert chk["check_needles"]["steps"] >= 1 and chk["check_docs"]["steps"] >= 1
     assert chk["check_needles"]["overhead"] is not None and chk["vs_default_rows"]
-    assert "Decode-time check" in md
+    assert "Decode-time check" in md and "Which component" in md
+    assert by["ridge@5/t1/splice-keys"]["vs_unspliced"]["retrieval"] is not None
     [again] = run_tiny(tiny, out, checks=[0.05])
     assert again["rows"] == s["rows"]

@@ -9,7 +9,9 @@ passes and batched decoding as ``make eval``; sharded under torchrun by gpu.eval
 * at 1/4, 3/8, 1/2 and 5/8 depth and at POP's split: the ridge and identity fills, each
   with tails {1, 512, 1024} tokens and with no exact rows or the default rows
   (gpu.core.config.DEFAULT_ROWS), less the arms a model's preset cuts to fit its time;
-* the value rescale and the key rescale at the primary split (3/8 depth);
+* the value rescale and the key rescale at the primary split (3/8 depth); at paper 6.4's
+  arm (5/8 depth, one-token tail) exact keys and exact values spliced in (paper 6.6: which
+  component carries its error);
 * optionally the decode-time check of Appendix I.4 (gpu.eval.decode_check) at 5/8 depth.
 
 Every arm is paired with exact and with POP native (retrieval, novel- and key-token dNLL);
@@ -116,6 +118,10 @@ class Frontier:
         p, t = self.primary, self.mid_tail
         out += [Arm(f"{arm_name('ridge', p, t)}/rescale-{w}", "ridge", p, t, rescale=w,
                     label=f"ridge, split {p}, tail {t}, {w} rescaled") for w in RESCALES]
+        h = self.headline
+        out += [Arm(f"{h}/splice-{w}", "ridge", self.deep, min(self.tails), splice=w,
+                    label=f"ridge, split {self.deep}, tail {min(self.tails)}, exact {w}")
+                for w in ("keys", "values")]
         out += [Arm(f"{arm_name('ridge', self.deep, t)}/check-{c:g}", "ridge", self.deep, t,
                     check=c, label=f"ridge, split {self.deep}, tail {t}, decode check {c:g}")
                 for c in self.checks]
@@ -130,6 +136,10 @@ class Frontier:
         """Each decode-check arm against the default rows at its split and tail."""
         return [(a.name, arm_name("ridge", a.split, a.tail, DEFAULT_ROWS)) for a in arms
                 if a.check is not None]
+
+    def component_pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
+        """Paper 6.6 at the headline arm: its exact keys / exact values splices against it."""
+        return [(a.name, self.headline) for a in arms if a.splice is not None]
 
     def tests(self, arms: list[Arm]) -> list[tuple[str, str, float]]:
         """Every arm vs POP native at paper 3.4's 3-point retrieval margin; the one of paper
@@ -176,7 +186,8 @@ def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int
     longest = max(cfg.needles)
     pool = [u for u in needle_units(loaded.tokenizer, cfg, texts, {})
             if u.meta["length"] == longest]
-    arms = [a for a in arms if a.check is None]  # a check costs at decoding, not at prefill
+    # a check costs at decoding, not at prefill; a splice is a diagnostic (it reads exact's cache)
+    arms = [a for a in arms if a.check is None and a.splice is None]
     out = {"key": key, "arms": time_arms(sess, pool, arms, units), "length": longest,
            "units": min(units, len(pool)), "seconds": time.time() - t0,
            "threads": torch.get_num_threads()}
@@ -206,7 +217,8 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         texts = texts or CorpusTexts()
         rep = ev.evaluate_model(lm, cfg, out_dir, texts, maps=maps,
                                 command=command, progress=progress, arms=arms, shard=shard,
-                                pairs=fr.pairs(arms) + fr.check_pairs(arms),
+                                pairs=fr.pairs(arms) + fr.check_pairs(arms)
+                                + fr.component_pairs(arms),
                                 tests=fr.tests(arms))
         if rep is None:  # a rank other than 0: rank 0 merged the shares
             continue

@@ -33,9 +33,10 @@ def _est(iv: dict | None) -> float | None:
     return None if not iv else iv.get("estimate")
 
 
-def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str, defaults: dict[str, str]
-          ) -> list[dict]:
-    """One row per arm; ``defaults``: each decode-check arm's default-rows arm."""
+def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str, defaults: dict[str, str],
+          headline: str) -> list[dict]:
+    """One row per arm; ``defaults``: each decode-check arm's default-rows arm; a splice arm
+    is paired with the ``headline`` arm it splices."""
     needles = rep.get("needles", {}).get("arms", {})
     docs = rep.get("documents", {}).get("arms", {})
     con = {(c["a"], c["b"]): c for c in rep.get("contrasts", [])}
@@ -57,6 +58,7 @@ def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str, defaults: dict[str
             "agreement": d.get("agreement"), "macs_share": macs,
             "check_needles": x.get("check"), "check_docs": d.get("check"),
             "vs_default_rows": con.get((a.name, defaults.get(a.name))),
+            "splice": a.splice, "vs_unspliced": con.get((a.name, headline)) if a.splice else None,
             "prefill_seconds": t.get("prefill"),
             "speedup": (t_exact / t["prefill"]) if t_exact and t.get("prefill") else None,
             "mac_ceiling": (1.0 / macs) if macs else None})
@@ -76,7 +78,7 @@ def verdict_64(row: dict | None, margin: float = MARGIN_POP) -> str:
 
 def summarize(rep: dict, fr, arms: list[Arm], timing: dict, meta: dict) -> dict:
     """The frontier's summary dict (``fr``: gpu.eval.frontier.Frontier)."""
-    rows = _rows(rep, arms, timing, fr.pop_native, dict(fr.check_pairs(arms)))
+    rows = _rows(rep, arms, timing, fr.pop_native, dict(fr.check_pairs(arms)), fr.headline)
     by = {r["arm"]: r for r in rows}
     pop = by[fr.pop_native]
     fronts = {}
@@ -164,6 +166,17 @@ def markdown(s: dict) -> str:
                  f"{'-' if not nip else ('pass ' if nip['passed'] else 'fail ') + _n(nip['bound'], '+.1f')} | "
                  f"{_iv(r['dnll_novel'], '+.3f')} | {_iv(r['dnll_key'], '+.3f')} | "
                  f"{_iv(r['key_vs_pop'], '+.3f')} | {_n(r['agreement'], '.2f')} |")
+    spliced = [r for r in s["rows"] if r["splice"]]
+    if spliced:
+        L += ["", f"## Which component carries the error of `{t['a']}` (paper 6.6)", "",
+              "Exact keys or exact values spliced into its filled rows (from exact's cache); "
+              "a contrast is spliced - unspliced.", "",
+              "| splice | retrieval | vs unspliced (pts) | novel dNLL vs unspliced | key dNLL vs "
+              "unspliced |", "|---|---|---|---|---|"]
+        for r in spliced:
+            c = r["vs_unspliced"] or {}
+            L.append(f"| exact {r['splice']} | {_n(r['retrieval'])} | {_iv(c.get('retrieval'))} | "
+                     f"{_iv(c.get('dnll_novel'), '+.3f')} | {_iv(c.get('dnll_key'), '+.3f')} |")
     checks = [r for r in s["rows"] if r["check"] is not None]
     if checks:
         L += ["", "## Decode-time check (paper Appendix I.4) against the default rows", "",
