@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--threads", type=int, help="torch CPU threads")
     v.add_argument("--out-dir", type=Path, default=Path("results/advise"))
     v.add_argument("--quiet", action="store_true", help="no progress bars")
+    v.add_argument("--no-check", action="store_true",
+                   help="skip the rerun of the recommendation on samples the advisor never saw")
     return parser
 
 
@@ -180,7 +182,8 @@ def _cmd_advise(a) -> int:
         torch.set_num_threads(a.threads)
     run(a.model, lengths=a.lengths, budget={k: float(x) for k, x in budget.items()},
         out_dir=a.out_dir, samples=a.samples, docs=a.docs, tails=a.tails, calib=a.calib,
-        seed=a.seed, device=a.device, dtype=_dtype(a.dtype), progress=not a.quiet)
+        seed=a.seed, device=a.device, dtype=_dtype(a.dtype), progress=not a.quiet,
+        check=not a.no_check)
     return 0
 
 

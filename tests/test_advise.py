@@ -38,6 +38,9 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert "recommended: " + rec["arm"] in printed and "MAC share" in printed
     assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge"}
     assert advice["texts"] == "heldout-calibration"
+    fresh = advice["fresh_check"]  # rerun beside exact on samples it never saw
+    assert fresh["arm"] == rec["arm"] and fresh["seed"] == 1 and fresh["keeps_budget"]
+    assert fresh["vs_exact"] is not None and "never saw" in printed
     assert main(["advise", "--model", str(model), "--budget", "speed=2"]) == 2
 
 

@@ -11,7 +11,8 @@
    documents of the calibration source the capture never read (the built-in set's lambda
    role, or the last fifth of a ``--calib`` folder, which only scores lambda).
 4. The recommendation follows :func:`recommend`'s rule, stated before any number; the MAC
-   ceiling (1 / MAC share) and the measured prefill speedup are printed beside it.
+   ceiling (1 / MAC share) and the measured prefill speedup are printed beside it; then it
+   is rerun beside exact on samples the advisor never saw (:func:`verify`).
 
 Writes ``<out>/<model>/advice.json`` and ``advice.png`` beside the frontier's files.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -31,6 +33,9 @@ from ..core.engine import Engine
 from ..data import corpus
 from ..eval import frontier
 from ..eval.frontier_report import plot
+from ..eval.harness import ensure_maps, evaluate_model
+from ..eval.instruments import Arm
+from ..eval.units import CorpusTexts
 
 BUDGET = {"retrieval": 5.0, "key": 0.5}  # points below exact; key-token dNLL, nats
 
@@ -81,6 +86,31 @@ def fill_off_is_exact(loaded, n: int = 64) -> bool:
     return bool(torch.equal(ours, stock))
 
 
+def keeps(row: dict, budget: dict) -> bool:
+    """Retrieval at most ``budget['retrieval']`` points below exact and key-token dNLL at most
+    ``budget['key']`` nats (point estimates; no key tokens: retrieval alone)."""
+    if not row.get("vs_exact") or row["vs_exact"].get("estimate") is None:
+        return False
+    key = (row.get("dnll_key") or {}).get("estimate")
+    return row["vs_exact"]["estimate"] >= -budget["retrieval"] and (key is None or key <= budget["key"])
+
+
+def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: str,
+           fit_kw: dict | None, progress: bool) -> dict:
+    """Issue 20's target: the recommendation rerun beside exact on samples the advisor never
+    saw (evaluation-role text of the built-in corpus, the next seed) keeps the budget."""
+    cfg, fr = frontier.frontier_config(lm, **grid)
+    arm = next(a for a in fr.arms() if a.name == arm_name)
+    maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
+    rep = evaluate_model(lm, replace(cfg, seed=cfg.seed + 1), out_dir / "verify", CorpusTexts(),
+                         maps=maps, arms=[Arm("exact", "exact"), arm], progress=progress)
+    row = {"vs_exact": rep["needles"]["arms"][arm_name]["vs_exact"],
+           "dnll_key": rep.get("documents", {}).get("arms", {}).get(arm_name, {}).get("dnll_key")}
+    return {**row, "arm": arm_name, "seed": cfg.seed + 1, "texts": "builtin eval role",
+            "samples": rep["counts"]["needle_samples"], "documents": rep["counts"]["documents"],
+            "keeps_budget": keeps(row, budget)}
+
+
 def recommend(summary: dict, budget: dict) -> dict:
     """The rule, stated before any number: a configuration keeps the budget when its
     retrieval is at most ``budget['retrieval']`` points below exact (point estimate of the
@@ -90,11 +120,8 @@ def recommend(summary: dict, budget: dict) -> dict:
     When none keeps the budget, the advice is exact prefill."""
     ok = []
     for r in summary["rows"]:
-        if r["arm"] == "exact" or r["macs_share"] is None or not r["vs_exact"]:
-            continue
-        drop = r["vs_exact"]["estimate"]
-        key = (r["dnll_key"] or {}).get("estimate")
-        if drop >= -budget["retrieval"] and (key is None or key <= budget["key"]):
+        if r["arm"] != "exact" and r["macs_share"] is not None and keeps(r, budget):
+            key = (r["dnll_key"] or {}).get("estimate")
             ok.append((r["macs_share"], -r["retrieval"], key if key is not None else 0.0, r))
     if not ok:
         return {"arm": "exact", "keeps_budget": False, "budget": budget,
@@ -127,27 +154,30 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
         tails: list[int] | None = None, calib: str = "builtin", seed: int = 0,
         device: str | None = None, dtype=None, progress: bool = True, loaded=None,
         fit_kw: dict | None = None,
-        loss_length: int | None = None, timing_units: int = 1) -> dict:
-    """Run the advisor on ``model`` (or an already ``loaded`` one); returns the advice dict."""
+        loss_length: int | None = None, timing_units: int = 1, check: bool = True) -> dict:
+    """Run the advisor on ``model`` (or an already ``loaded`` one); returns the advice dict.
+    ``check``: rerun the recommendation on samples the advisor never saw (:func:`verify`)."""
     budget = {**BUDGET, **(budget or {})}
     lm = loaded if loaded is not None else models.load(model, device=device, dtype=dtype)
     lengths = sorted(lengths or [2048, 4096])
     exact_ok = fill_off_is_exact(lm)
     texts = held_out(calib, (fit_kw or {}).get("heldout_docs", 2), seed)
-    [summary] = frontier.run([lm.name], out_dir=out_dir, samples=samples, docs=docs,
-                             lengths=lengths, tails=tails or [1, 512, 1024], seed=seed,
-                             timing_units=timing_units, progress=progress, loaded=lm,
-                             texts=texts, fit_kw=fit_kw, calib=calib, fills=("ridge",),
-                             loss_length=loss_length or min(lengths))
+    grid = dict(samples=samples, docs=docs, lengths=lengths, tails=tuple(tails or (1, 512, 1024)),
+                seed=seed, loss_length=loss_length or min(lengths), fills=("ridge",))
+    [summary] = frontier.run([lm.name], out_dir=out_dir, timing_units=timing_units,
+                             progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
+                             calib=calib, **grid)
+    rec = recommend(summary, budget)
+    fresh = (verify(lm, rec["arm"], budget, grid, out_dir, calib, fit_kw, progress)
+             if check and rec["keeps_budget"] else None)
     advice = {"model": lm.name, "lengths": lengths, "calib": calib, "texts": texts.name,
               "seed": seed, "command": "ridgefill " + " ".join(sys.argv[1:]),
-              "fill_off_bitwise_exact": exact_ok, "recommendation": recommend(summary, budget),
+              "fill_off_bitwise_exact": exact_ok, "recommendation": rec, "fresh_check": fresh,
               "partial": summary["partial"], "frontier": summary["rows"],
               "samples": summary["samples"], "documents": summary["documents"]}
     root = out_dir / lm.name
     write_json(root / "advice.json", advice)
     plot(summary, root / "advice.png")
-    rec = advice["recommendation"]
     print(table(summary))
     print(f"\nbudget: retrieval within {budget['retrieval']:g} points of exact, key-token dNLL "
           f"<= {budget['key']:g} nats; fill off reproduces exact bitwise: {exact_ok}")
@@ -157,4 +187,7 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
               f"{rec['speedup'] or float('nan'):.2f}x -> {root}/advice.json")
     else:
         print(f"recommended: exact prefill ({rec['why']}) -> {root}/advice.json")
+    if fresh is not None:
+        print(f"rerun on {fresh['samples']} needle samples and {fresh['documents']} documents it "
+              f"never saw (seed {fresh['seed']}): keeps the budget: {fresh['keeps_budget']}")
     return advice
