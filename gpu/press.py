@@ -6,7 +6,7 @@ decoding step, leaving the model untouched on exit (paper sections 2.1-2.4).
     from gpu import PrefillConfig, RidgeFillPress, load_maps, prefill
     maps = load_maps("maps-s11.safetensors", model)
     cache = prefill(model, input_ids, maps, PrefillConfig(tail=512), tokenizer=tok)
-    model.generate(input_ids, past_key_values=cache, max_new_tokens=32)
+    model.generate(input_ids, cache=cache, max_new_tokens=32)
     with RidgeFillPress(maps, PrefillConfig(tail=512), tok)(model):
         model.generate(input_ids, max_new_tokens=32)
 """
