@@ -85,6 +85,20 @@ def test_two_gloo_ranks_measure_disjoint_shares_and_merge(two_ranks):
                 for x in recs} == shares[r]
 
 
+def test_one_process_reports_on_the_ranks_journals_without_measuring(two_ranks):
+    """Journals copied into one folder (here: the ranks' own) report from one process, which
+    finds every record in them and measures nothing."""
+    out = two_ranks / "out" / "tiny-llama"
+    before = json.loads((two_ranks / "report-counts.json").read_text())
+    (two_ranks / "report-counts.json").unlink()
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, str(two_ranks / "worker.py"), str(two_ranks)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((two_ranks / "report-counts.json").read_text()) == before
+    assert not (out / "records.jsonl").exists()  # nothing measured, not even a session
+
+
 def _units(ids):
     return [Unit("needle", i, None, "s", "t") for i in ids]
 

@@ -47,7 +47,7 @@ from .instruments import Arm, Session
 from .grid import EvalConfig, preset_for, study_arms
 from .decode_check import checked_loss
 from .journal import Journal
-from .shard import Shard, merged_records
+from .shard import Shard, SharedJournal, merged_records
 from .loss_masks import novel_token_mask
 from .units import CorpusTexts, Unit, doc_units, needle_units, sig
 
@@ -206,7 +206,7 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     shard = shard or Shard.from_env()
     root = out_dir / loaded.name
     root.mkdir(parents=True, exist_ok=True)
-    journal = Journal(root / shard.journal_name)
+    journal = SharedJournal(root / shard.journal_name)
     if maps is None:
         maps = ensure_maps(loaded, cfg, root, calib, progress, **(fit_kw or {}))
     fingerprint = sig(record_identity(loaded.model), {s: m.meta.get("lambda") for s, m in maps.items()},

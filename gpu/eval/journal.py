@@ -14,9 +14,11 @@ from typing import Iterator
 class Journal:
     """Append-only JSONL of records that each carry a unique ``"key"`` string."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, readonly: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.readonly = readonly  # another process's journal: read its complete lines only
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._records: dict[str, dict] = {}
         if self.path.exists():
             self._load()
@@ -24,8 +26,8 @@ class Journal:
     def _load(self) -> None:
         raw = self.path.read_bytes()
         end = raw.rfind(b"\n") + 1
-        if end < len(raw):  # a torn last line: drop it so the next append starts clean
-            with open(self.path, "r+b") as fh:
+        if end < len(raw) and not self.readonly:  # a torn last line: drop it so the next
+            with open(self.path, "r+b") as fh:    # append starts clean
                 fh.truncate(end)
         for line in raw[:end].splitlines():
             if not line.strip():
@@ -50,6 +52,8 @@ class Journal:
         """Append ``record`` (which must hold ``"key"``) and sync it to disk."""
         if "key" not in record:
             raise ValueError("a journal record needs a 'key'")
+        if self.readonly:
+            raise ValueError(f"{self.path} was opened read-only (another process's journal)")
         line = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=True)
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")

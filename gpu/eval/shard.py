@@ -3,7 +3,8 @@
 Each rank measures a disjoint, seed-determined share of the units (a unit belongs to rank
 ``hash(seed, unit) mod world``) and appends to its own journal,
 ``records.rank<r>-of-<w>.jsonl``, whose first record names the share. The report merges the
-journals and refuses a merge whose shares overlap (a unit, or a record, in two journals),
+journals (journals copied from other machines into one folder too: a rerun with one
+process measures nothing they hold and reports) and refuses a merge whose shares overlap (a unit, or a record, in two journals),
 whose sharding differs between journals, or that misses a rank's journal: every number of a
 report then comes from exactly one measurement of each (unit, arm).
 """
@@ -69,6 +70,25 @@ class Shard:
         dist.barrier()
 
 
+class SharedJournal(Journal):
+    """This process's journal, which also finds the records of every other journal in its
+    folder (read-only: other ranks' shares, or journals copied from other machines), so a
+    rerun measures nothing twice and a single process can report on copied shares."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.others: dict[str, dict] = {}
+        for p in sorted(self.path.parent.glob("records*.jsonl")):
+            if p != self.path:
+                self.others.update((r["key"], r) for r in Journal(p, readonly=True).records())
+
+    def __contains__(self, key: str) -> bool:
+        return super().__contains__(key) or key in self.others
+
+    def get(self, key: str) -> dict | None:
+        return super().get(key) or self.others.get(key)
+
+
 def _uid(u: Unit) -> str:
     return f"{u.kind}|{u.id}"
 
@@ -83,7 +103,7 @@ def merged_records(root: Path, units: list[Unit], seed: int) -> list[dict]:
         raise ValueError(f"{root} holds journals of {sorted(worlds)} ranks: a report merges one "
                          "sharding; move the other journals away or rerun with the same "
                          "--nproc-per-node")
-    journals = [Journal(plain)] if plain.is_file() else []
+    journals = [Journal(plain, readonly=True)] if plain.is_file() else []
     if worlds:
         world = worlds.pop()
         ranks = {int(SHARDED.search(p.name).group(1)): p for p in paths}
@@ -95,7 +115,7 @@ def merged_records(root: Path, units: list[Unit], seed: int) -> list[dict]:
         expected = {_uid(u): Shard(0, world).owner(u, seed) for u in units}
         claimed: dict[str, int] = {}
         for r, p in sorted(ranks.items()):
-            j = Journal(p)
+            j = Journal(p, readonly=True)
             head = j.get("shard")
             if head is None or head["world"] != world or head["rank"] != r or head["seed"] != seed:
                 raise ValueError(f"{p} does not hold rank {r} of {world} at seed {seed}: delete "
