@@ -37,6 +37,7 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert rec["macs_share"] == cheapest  # a budget everything keeps: the cheapest wins
     assert "recommended: " + rec["arm"] in printed and "MAC share" in printed
     assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge"}
+    assert not any(r["splice"] for r in advice["frontier"])  # no user can run a splice
     assert advice["texts"] == "heldout-calibration"
     fresh = advice["fresh_check"]  # rerun beside exact on samples it never saw
     assert fresh["arm"] == rec["arm"] and fresh["seed"] == 1 and fresh["keeps_budget"]
@@ -44,9 +45,10 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert main(["advise", "--model", str(model), "--budget", "speed=2"]) == 2
 
 
-def row(arm, macs, retrieval, drop, key):
+def row(arm, macs, retrieval, drop, key, rescale=None):
     return {"arm": arm, "macs_share": macs, "retrieval": retrieval, "split": 3, "tail": 1,
             "fill": "ridge", "rows": "none", "mac_ceiling": 1 / macs, "speedup": None,
+            "rescale": rescale,
             "vs_exact": {"estimate": drop}, "dnll_key": None if key is None else {"estimate": key}}
 
 
@@ -57,6 +59,8 @@ def test_rule_cheapest_within_budget_else_exact():
     rec = recommend(s, BUDGET)
     assert rec["arm"] == "c" and rec["flags"] == "--split 3 --tail 1 --fill ridge --rows none"
     assert recommend(s, {"retrieval": 50.0, "key": 0.5})["arm"] == "a"
+    s["rows"].append(row("e", 0.65, 99.0, -1.0, 0.1, rescale="values"))
+    assert recommend(s, BUDGET)["flags"].endswith("--rows none --rescale values")
     none = recommend(s, {"retrieval": 0.0, "key": -1.0})
     assert none["arm"] == "exact" and not none["keeps_budget"]
 

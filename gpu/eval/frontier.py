@@ -152,12 +152,14 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
                     lengths: tuple[int, ...] | None = None, loss_length: int = 4096,
                     tails: tuple[int, ...] = TAILS, seed: int = 0,
                     fills: tuple[str, ...] = ("ridge", "identity"),
-                    checks: tuple[float, ...] = ()) -> tuple[EvalConfig, Frontier]:
+                    checks: tuple[float, ...] = (),
+                    cut: tuple[str, ...] | None = None) -> tuple[EvalConfig, Frontier]:
     """(the harness's grid, the frontier) of a loaded model, sized like the selector study:
-    ``samples`` per task and length (two tasks, two lengths: 40), ``docs`` documents."""
+    ``samples`` per task and length (two tasks, two lengths: 40), ``docs`` documents;
+    ``cut``: arm-name patterns left out (default: the model's entry in CUTS)."""
     preset = preset_for(loaded)
     fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), fills=fills, checks=checks,
-                  cut=CUTS.get(loaded.name, ()))
+                  cut=cut if cut is not None else CUTS.get(loaded.name, ()))
     lengths = tuple(lengths or LENGTHS.get(loaded.name, (2048, 4096)))
     rest = [s for s in fr.splits if s != fr.primary]
     tail = max(fr.tails)  # needles lie before every arm's tail; key tokens see no prefix
@@ -200,7 +202,8 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         checks: list[float] | None = None, seed: int = 0, device: str | None = None,
         timing_units: int = 2, progress: bool = True, loaded=None, texts=None,
         fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096,
-        fills: tuple[str, ...] = ("ridge", "identity")) -> list[dict]:
+        fills: tuple[str, ...] = ("ridge", "identity"),
+        cut: tuple[str, ...] | None = None) -> list[dict]:
     """``ridgefill eval frontier``: each model's grid (resumable), its timing and summary.
     ``loaded`` / ``texts`` / ``fit_kw`` / ``calib``: a model, texts and fit settings other
     than the built-in ones (the tests' tiny model, the advisor). Returns the summaries (rank 0)."""
@@ -210,7 +213,7 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         lm = loaded if loaded is not None else models.load(name, device=device)
         cfg, fr = frontier_config(lm, samples=samples, docs=docs, lengths=lengths,
                                   tails=tuple(tails or TAILS), seed=seed, loss_length=loss_length,
-                                  fills=fills, checks=tuple(checks or ()))
+                                  fills=fills, checks=tuple(checks or ()), cut=cut)
         arms = fr.arms()
         root = out_dir / lm.name
         maps = ev.ensure_maps(lm, cfg, root, calib, progress, **(fit_kw or {}))

@@ -38,6 +38,7 @@ from ..eval.instruments import Arm
 from ..eval.units import CorpusTexts
 
 BUDGET = {"retrieval": 5.0, "key": 0.5}  # points below exact; key-token dNLL, nats
+DIAGNOSTICS = ("*/splice-*",)  # the frontier's arms no user can run (they read exact's cache)
 
 
 class HeldOutTexts:
@@ -127,7 +128,8 @@ def recommend(summary: dict, budget: dict) -> dict:
         return {"arm": "exact", "keeps_budget": False, "budget": budget,
                 "why": "no configuration keeps the budget: use exact prefill (--fill exact)"}
     r = min(ok, key=lambda t: t[:3])[3]
-    flags = {"split": r["split"], "tail": r["tail"], "fill": r["fill"], "rows": r["rows"]}
+    flags = {"split": r["split"], "tail": r["tail"], "fill": r["fill"], "rows": r["rows"],
+             **({"rescale": r["rescale"]} if r["rescale"] else {})}
     return {"arm": r["arm"], "keeps_budget": True, "budget": budget, "config": flags,
             "flags": " ".join(f"--{k} {v}" for k, v in flags.items()),
             "retrieval": r["retrieval"], "vs_exact": r["vs_exact"], "dnll_key": r["dnll_key"],
@@ -163,7 +165,8 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
     exact_ok = fill_off_is_exact(lm)
     texts = held_out(calib, (fit_kw or {}).get("heldout_docs", 2), seed)
     grid = dict(samples=samples, docs=docs, lengths=lengths, tails=tuple(tails or (1, 512, 1024)),
-                seed=seed, loss_length=loss_length or min(lengths), fills=("ridge",))
+                seed=seed, loss_length=loss_length or min(lengths), fills=("ridge",),
+                cut=DIAGNOSTICS)
     [summary] = frontier.run([lm.name], out_dir=out_dir, timing_units=timing_units,
                              progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
                              calib=calib, **grid)
