@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.add_argument("--tails", type=int, nargs="+", help="frontier: exact tails (default 1 512 1024)")
     e.add_argument("--checks", type=float, nargs="+",
-                   help="frontier: decode-time check thresholds at 5/8 depth (paper I.4)")
+                   help="frontier: decode-time check thresholds at 5/8 depth (paper I.4; "
+                        "default 0.5)")
     e.add_argument("--timing-units", type=int, default=2,
                    help="frontier: samples each arm's prefill is timed on (0: no timing)")
     v = sub.add_parser("advise", help="choose split, tail and rows for a model (paper 9, "
@@ -258,13 +259,13 @@ def main(argv: list[str] | None = None) -> int:
                        split=a.split, tail=a.tail)
         if a.command == "eval" and a.what == "frontier":
             import torch
-            from .eval.frontier import run
+            from .eval.frontier import CHECKS, run
             if a.threads:
                 torch.set_num_threads(a.threads)
             out = a.out_dir if a.out_dir != Path("results") else Path("results/frontier")
             run(a.models or ["smollm2-135m", "gemma3-270m"], out_dir=out, samples=a.samples or 10,
                 docs=8 if a.docs is None else a.docs, lengths=a.lengths, tails=a.tails,
-                checks=a.checks, seed=a.seed or 0, device=a.device,
+                checks=a.checks or CHECKS, seed=a.seed or 0, device=a.device,
                 timing_units=a.timing_units, progress=not a.quiet,
                 loss_length=a.loss_length or 4096)
             return 0

@@ -37,7 +37,7 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert rec["macs_share"] == cheapest  # a budget everything keeps: the cheapest wins
     assert "recommended: " + rec["arm"] in printed and "MAC share" in printed
     assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge"}
-    assert not any(r["splice"] for r in advice["frontier"])  # no user can run a splice
+    assert not any(r["splice"] or r["check"] for r in advice["frontier"])  # prefill configs
     assert advice["texts"] == "heldout-calibration"
     fresh = advice["fresh_check"]  # rerun beside exact on samples it never saw
     assert fresh["arm"] == rec["arm"] and fresh["seed"] == 1 and fresh["keeps_budget"]

@@ -12,7 +12,8 @@ passes and batched decoding as ``make eval``; sharded under torchrun by gpu.eval
 * the value rescale and the key rescale at the primary split (3/8 depth); at paper 6.4's
   arm (5/8 depth, one-token tail) exact keys and exact values spliced in (paper 6.6: which
   component carries its error);
-* optionally the decode-time check of Appendix I.4 (gpu.eval.decode_check) at 5/8 depth.
+* the decode-time check of Appendix I.4 (gpu.eval.decode_check) at 5/8 depth, the middle
+  tail, at each of ``CHECKS`` (``--checks``), against the default rows there.
 
 Every arm is paired with exact and with POP native (retrieval, novel- and key-token dNLL);
 paper 6.4's test (RidgeFill at 5/8 depth vs POP native, non-inferiority on filled-region
@@ -47,6 +48,9 @@ from .units import CorpusTexts, needle_units, sig
 FRACTIONS = (1 / 4, 3 / 8, 1 / 2, 5 / 8)
 TAILS = (1, 512, 1024)
 TASKS = ("niah_single_1", "niah_multikey_1")
+# decode-time check thresholds (paper I.4): the bound on the attention a filled row receives,
+# summed over the late layers' heads; 0.5 repaired the needle on a smollm2 smoke sample, 2 not
+CHECKS = (0.5,)
 LENGTHS = {"gemma3-270m": (4096, 8192)}  # filled-region needles (issue 20); others: 2K, 4K
 # gemma3's 4K/8K prompts cost about 3x smollm2's per run: arms left out to fit ~3 hours
 CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/t512")}
@@ -199,7 +203,7 @@ def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int
 
 def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: int = 10,
         docs: int = 8, lengths: list[int] | None = None, tails: list[int] | None = None,
-        checks: list[float] | None = None, seed: int = 0, device: str | None = None,
+        checks: list[float] | None = CHECKS, seed: int = 0, device: str | None = None,
         timing_units: int = 2, progress: bool = True, loaded=None, texts=None,
         fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096,
         fills: tuple[str, ...] = ("ridge", "identity"),

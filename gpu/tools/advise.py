@@ -166,7 +166,7 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
     texts = held_out(calib, (fit_kw or {}).get("heldout_docs", 2), seed)
     grid = dict(samples=samples, docs=docs, lengths=lengths, tails=tuple(tails or (1, 512, 1024)),
                 seed=seed, loss_length=loss_length or min(lengths), fills=("ridge",),
-                cut=DIAGNOSTICS)
+                checks=(), cut=DIAGNOSTICS)  # prefill configurations only
     [summary] = frontier.run([lm.name], out_dir=out_dir, timing_units=timing_units,
                              progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
                              calib=calib, **grid)
