@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -61,10 +62,12 @@ class Conversation:
                                             add_generation_prompt=turns[-1][1] is None)
 
     @torch.inference_mode()
-    def ask(self, question: str, max_new_tokens: int = 32, answer_prefix: str = "") -> Answer:
+    def ask(self, question: str, max_new_tokens: int = 32, answer_prefix: str = "",
+            stop: Callable[[str], bool] | None = None) -> Answer:
         """Answer ``question`` greedily: the first one in the RidgeFill prefill of the
         document, later ones fed at full depth on the carried cache. ``answer_prefix``: text
-        the answer starts with (base models, as RULER prefills it)."""
+        the answer starts with (base models, as RULER prefills it); ``stop(text)``: end the
+        answer early once its text satisfies it (besides the end token)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens}: generate at least one token")
         full = self._render(self.turns + [(question, None)]) + answer_prefix
@@ -99,7 +102,8 @@ class Conversation:
         for step in range(max_new_tokens):
             token = int(logits.argmax())
             tokens.append(token)
-            if token == self.tok.eos_token_id or step == max_new_tokens - 1:
+            if token == self.tok.eos_token_id or step == max_new_tokens - 1 or (
+                    stop is not None and stop(self.tok.decode(tokens, skip_special_tokens=True))):
                 break
             logits = model(input_ids=torch.tensor([[token]], device=model.device),
                            cache=self.cache, use_cache=True).logits[0, -1]

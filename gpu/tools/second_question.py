@@ -1,9 +1,11 @@
 """A second question on the carried cache (paper Appendix D), measured.
 
 On filled-region niah_multikey_1 samples (one queried needle among four with other keys),
-the first question is prefilled with the document exactly as ``RidgeFill.generate`` does;
+the first question is prefilled with the document exactly as ``RidgeFill.generate`` does and
+answered greedily until its answer holds the expected value (or 32 tokens, or the end token);
 then, on the same cache, a second question asks for another needle's key (drawn per sample
-from the seed), and is scored on the first seven-digit number of its answer. The rows chosen
+from the seed), answered until it holds a seven-digit number (or 24 tokens), and is scored on
+that first seven-digit number. The rows chosen
 for the first question are never re-chosen: the paper's caveat is that a question-dependent
 selector protects the first needle, not the second, and ``covered`` records the share of the
 second needle's rows that the first question's rows already made exact.
@@ -81,12 +83,14 @@ def run_sample(rf: RidgeFill, s, p, shift: int, chat: bool, answer_prefix: bool)
     """Both questions under one arm; what was asked, answered and covered."""
     conv = Conversation(rf, s.context, chat)
     prefix1 = s.answer_prefix if answer_prefix else ""
-    a1 = conv.ask(s.question, FIRST_TOKENS, answer_prefix=prefix1)
+    a1 = conv.ask(s.question, FIRST_TOKENS, answer_prefix=prefix1,
+                  stop=lambda text: tasks.all_found(text, s.expected))
     assert conv.ids[: p.n] == p.ids[0].tolist(), "the first turn is the study's prompt"
     second = second_needle(s, 0)
     q2 = s.question.replace(s.query, second.key)
     prefix2 = prefix1.replace(s.query, second.key)
-    a2 = conv.ask(q2, SECOND_TOKENS, answer_prefix=prefix2)
+    a2 = conv.ask(q2, SECOND_TOKENS, answer_prefix=prefix2,
+                  stop=lambda text: first_number(text) is not None)
     rows = tasks.needle_token_positions(s, p.spans, shift)[s.needles.index(second)]
     plan = conv.prefill.plan
     exact = set(plan.exact_rows.tolist()) if plan is not None else set(rows)
