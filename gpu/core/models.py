@@ -158,15 +158,18 @@ def load(name_or_path: str, device: str | torch.device | None = None,
 
 
 def random_model(name: str, device=None, dtype: torch.dtype | None = None, seed: int = 0) -> Loaded:
-    """A built-in model's architecture (gpu/configs/<name>.json) with seeded random weights and
+    """An architecture of gpu/core/configs/<name>.json (the built-in models, and real 1B-8B
+    shapes: llama-3.2-1b, qwen3-1.7b, llama-3.1-8b, qwen3-8b) with seeded random weights and
     no tokenizer: for timing where the weights cannot be installed (times do not depend on
     the weights' values; quality numbers never come from this)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if name not in BUILTINS:
-        raise ValueError(f"unknown model {name!r}: built-in names are {', '.join(sorted(BUILTINS))}")
+    known = sorted(p.stem for p in (Path(__file__).parent / "configs").glob("*.json"))
+    if name not in known:
+        raise ValueError(f"unknown architecture {name!r}: known are {', '.join(known)}")
     path = Path(__file__).parent / "configs" / f"{name}.json"
-    config = AutoConfig.for_model(**json.loads(path.read_text()))
+    fields = {k: v for k, v in json.loads(path.read_text()).items() if k != "_comment"}
+    config = AutoConfig.for_model(**fields)
     device = torch.device(device) if device is not None else default_device()
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

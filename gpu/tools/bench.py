@@ -2,10 +2,13 @@
 one process on the same prompts, against the ceilings of paper section 2.5.
 
 Per model and prompt length: one warm-up of each arm, then ``repeats`` rounds of (exact,
-RidgeFill, RidgeFill + exact rows) timed back to back; the median of each and the ratio of
-medians. Beside it, 1/r and the multiply-accumulate ceiling (rfmath.cost), the peak resident
-memory of each arm over its baseline, the maps' size, and the cost of one exact prefix row
-(sigma and kappa of Appendix H) with the break-even row count.
+RidgeFill, POP native (identity fill from L - floor(L/3), one-token tail), RidgeFill with
+2.5% / 5% / 10% random exact prefix rows) timed back to back; the median of each and the
+ratio of medians. Beside it, 1/r and the multiply-accumulate ceilings of RidgeFill and POP
+(rfmath.cost), the peak resident memory of each arm over its baseline, the maps' size, and the
+cost of one exact prefix row (sigma and kappa of Appendix H: the slope over the row counts,
+with its range over the repeats; "not resolved" unless every repeat's slope is positive) with
+the break-even row count.
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from rfmath.cost import break_even_rows, exact_row_cost, exact_share, speedup_ceiling
+from rfmath.cost import break_even_rows, exact_share, speedup_ceiling
 from rfmodel.atomic import atomic_path, write_json
 
 from ..data import corpus
@@ -33,7 +37,7 @@ SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth a
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
     "gemma3-270m": (7, 1024, (4096, 8192)),
 }
-ROW_SHARE = 0.05   # exact prefix rows for the sigma / kappa measurement
+ROW_SHARES = (0.025, 0.05, 0.10)   # exact prefix rows for the sigma / kappa measurement
 
 
 class PeakMemory:
@@ -127,29 +131,38 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     arch = arch_of(loaded.model.config)
     L = loaded.n_layers
     engine = Engine(loaded.model, maps)
+    pop_split = L - L // 3                        # POP native: identity from L - floor(L/3)
     out = []
-    for n in lengths or default_lengths:
+    todo = list(lengths or default_lengths)
+    bar = tqdm(total=len(todo) * (repeats + 1), desc=f"bench {name}", unit="round")
+    for n in todo:
         ids = prompt_ids(loaded, n)
-        e1 = int(ROW_SHARE * max(n - tail, 0))
-        configs = {  # random rows: timing of E exact rows whatever picks them (Appendix H)
+        counts = [int(share * max(n - tail, 0)) for share in ROW_SHARES]
+        configs = {
             "exact": PrefillConfig(fill="exact"),
             "ridgefill": PrefillConfig(split=split, tail=tail, rows="none"),
-            "ridgefill+rows": PrefillConfig(split=split, tail=tail, rows="random",
-                                            selector_options={"count": max(e1, 1), "seed": 0}),
+            "pop": PrefillConfig(split=pop_split, tail=1, fill="identity", rows="none"),
+            # random rows: the time of E exact rows whatever picks them (Appendix H)
+            **{f"ridgefill+{e}rows": PrefillConfig(split=split, tail=tail, rows="random",
+                                                   selector_options={"count": e, "seed": 0})
+               for e in counts if e > 0},
         }
         arms = {k: (lambda c=c: engine.run(ids, c)) for k, c in configs.items()}
         for fn in arms.values():                 # one warm-up each
             fn()
+        bar.update()
         times = {k: [] for k in arms}
         mem = {k: [] for k in arms}
         for _ in range(repeats):                 # alternate in the same process
             for k, fn in arms.items():
-                s, m = _timed(fn, loaded.model.device)
-                times[k].append(s)
+                t, m = _timed(fn, loaded.model.device)
+                times[k].append(t)
                 mem[k].append(m)
+            bar.update()
         med = {k: statistics.median(v) for k, v in times.items()}
-        sigma = exact_row_cost(med["ridgefill"], med["ridgefill+rows"], e1) if e1 else float("nan")
+        rows = row_cost(times, {0: "ridgefill", **{e: f"ridgefill+{e}rows" for e in counts if e}})
         late_row = med["exact"] * (L - split) / L / n     # an exact row's late-layer time
+        e_mid = counts[len(counts) // 2]
         rec = {
             "model": name, "weights": "random (timing only)" if loaded.tokenizer is None
             else "real", "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
@@ -159,33 +172,60 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "speedup": med["exact"] / med["ridgefill"],
             "ceiling_one_over_r": 1 / exact_share(split, L, tail, n),
             "ceiling_macs": speedup_ceiling(arch, n, split, tail, E=0, arm="ridgefill"),
+            "pop": {"split": pop_split, "tail": 1, "speedup": med["exact"] / med["pop"],
+                    "ceiling_macs": speedup_ceiling(arch, n, pop_split, 1, E=0, arm="identity"),
+                    "ridgefill_over_pop": med["pop"] / med["ridgefill"]},
             "peak_extra_bytes": {k: int(max(v)) for k, v in mem.items()},
-            "rows_probe": {"E1": e1, "sigma_seconds": sigma,
-                           "kappa": sigma / late_row if e1 else float("nan"),
-                           "break_even_rows": (max(break_even_rows(med["exact"], med["ridgefill"],
-                                                                   sigma), 0)
-                                               if e1 and sigma > 0 and med["exact"] > med["ridgefill"]
-                                               else 0),
-                           "speedup_with_rows": med["exact"] / med["ridgefill+rows"],
-                           "ceiling_macs_with_rows": speedup_ceiling(arch, n, split, tail, E=e1,
-                                                                     arm="ridgefill")},
+            "rows_probe": {**rows, "kappa": rows["sigma_seconds"] / late_row
+                           if rows["resolved"] else None,
+                           "break_even_rows": max(break_even_rows(
+                               med["exact"], med["ridgefill"], rows["sigma_seconds"]), 0)
+                           if rows["resolved"] and med["exact"] > med["ridgefill"] else None,
+                           "speedup_with_rows": med["exact"] / med[f"ridgefill+{e_mid}rows"]
+                           if e_mid else None,
+                           "ceiling_macs_with_rows": speedup_ceiling(arch, n, split, tail,
+                                                                     E=e_mid, arm="ridgefill")},
         }
         rec["share_of_mac_ceiling"] = rec["speedup"] / rec["ceiling_macs"]
+        rec["pop"]["share_of_mac_ceiling"] = rec["pop"]["speedup"] / rec["pop"]["ceiling_macs"]
         out.append(rec)
-        print(_line(rec), flush=True)
+        tqdm.write(_line(rec))
+    bar.close()
     return out
+
+
+def row_cost(times: dict[str, list[float]], arms_by_rows: dict[int, str]) -> dict:
+    """sigma, the time one exact prefix row adds (Appendix H), as the least-squares slope of
+    time against the row count, fitted per repeat: the median slope and the range over the
+    repeats. It is resolved only when every repeat's slope is positive (a noise-level or
+    negative sigma is reported as not resolved, never as break-even 0)."""
+    counts = sorted(arms_by_rows)
+    if len(counts) < 2:
+        return {"rows": counts, "sigma_seconds": None, "range": None, "resolved": False}
+    slopes = [float(np.polyfit(counts, [times[arms_by_rows[e]][r] for e in counts], 1)[0])
+              for r in range(len(times[arms_by_rows[0]]))]
+    resolved = min(slopes) > 0
+    return {"rows": counts, "sigma_seconds": float(np.median(slopes)) if resolved else None,
+            "range": [min(slopes), max(slopes)], "resolved": resolved}
 
 
 def _line(r: dict) -> str:
     mb = 1 / 2**20
+    rp, pop = r["rows_probe"], r["pop"]
+    sigma = (f"sigma {1e3 * rp['sigma_seconds']:.2f} ms (per-repeat {1e3 * rp['range'][0]:.2f}"
+             f"-{1e3 * rp['range'][1]:.2f}), break-even {rp['break_even_rows']}"
+             if rp["resolved"] else "sigma not resolved" + (
+                 f" (per-repeat slopes {1e3 * rp['range'][0]:.2f}-{1e3 * rp['range'][1]:.2f} ms)"
+                 if rp["range"] else ""))
     return (f"{r['model']:13} N={r['n']:5} S={r['split']} T={r['tail']} E=0: exact "
             f"{r['median_seconds']['exact']:.2f}s RidgeFill {r['median_seconds']['ridgefill']:.2f}s "
             f"-> {r['speedup']:.2f}x (MAC ceiling {r['ceiling_macs']:.2f}x = "
             f"{100 * r['share_of_mac_ceiling']:.0f}%, 1/r {r['ceiling_one_over_r']:.2f}x); "
+            f"POP {r['median_seconds']['pop']:.2f}s {pop['speedup']:.2f}x (ceiling "
+            f"{pop['ceiling_macs']:.2f}x), RidgeFill/POP {pop['ridgefill_over_pop']:.2f}x; "
             f"peak +{r['peak_extra_bytes']['ridgefill'] * mb:.0f} MiB vs exact "
             f"+{r['peak_extra_bytes']['exact'] * mb:.0f} MiB, maps {r['maps_bytes'] * mb:.0f} MiB; "
-            f"{r['rows_probe']['E1']} exact rows: sigma {1e3 * r['rows_probe']['sigma_seconds']:.2f} ms"
-            f", kappa {r['rows_probe']['kappa']:.1f}, break-even {r['rows_probe']['break_even_rows']}")
+            f"rows {rp['rows']}: {sigma}")
 
 
 def plot(records: list[dict], path: Path) -> None:
@@ -197,9 +237,12 @@ def plot(records: list[dict], path: Path) -> None:
     labels = [f"{r['model']}\n{r['n'] // 1024}K" for r in records]
     x = np.arange(len(records))
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(records)), 4))
-    ax.bar(x - 0.27, [r["speedup"] for r in records], 0.27, label="measured (median ratio)")
-    ax.bar(x, [r["ceiling_macs"] for r in records], 0.27, label="multiply-accumulate ceiling")
-    ax.bar(x + 0.27, [r["ceiling_one_over_r"] for r in records], 0.27, label="1/r")
+    w = 0.2
+    ax.bar(x - 1.5 * w, [r["speedup"] for r in records], w, label="RidgeFill measured (median)")
+    ax.bar(x - 0.5 * w, [r["ceiling_macs"] for r in records], w, label="RidgeFill MAC ceiling")
+    ax.bar(x + 0.5 * w, [r["pop"]["speedup"] for r in records], w, label="POP native measured")
+    ax.bar(x + 1.5 * w, [r["pop"]["ceiling_macs"] for r in records], w,
+           label="POP native MAC ceiling")
     ax.axhline(1, color="k", lw=0.8)
     ax.set_xticks(x, labels)
     ax.set_ylabel("speedup of time to first token")

@@ -1,0 +1,29 @@
+"""The exact-row cost of ``ridgefill bench`` (issue 21): sigma is the slope of time against the
+row count, and a noise-level or negative slope is "not resolved", never a break-even of 0."""
+from __future__ import annotations
+
+import pytest
+
+from gpu.tools.bench import row_cost
+
+ARMS = {0: "r0", 10: "r10", 20: "r20", 40: "r40"}
+
+
+def test_sigma_is_the_slope_when_every_repeat_agrees():
+    # tau(E) = 2 + 0.01 E (+ a small per-repeat offset): slope 0.01 in every repeat
+    times = {name: [2 + 0.01 * e + 0.001 * r for r in range(5)] for e, name in ARMS.items()}
+    got = row_cost(times, ARMS)
+    assert got["resolved"] and got["sigma_seconds"] == pytest.approx(0.01)
+    assert got["range"][0] == pytest.approx(0.01) and got["rows"] == [0, 10, 20, 40]
+
+
+def test_noise_level_sigma_is_not_resolved():
+    # one repeat's slope is negative (noise larger than the rows' cost)
+    times = {name: [2 + 0.001 * e, 2 - 0.002 * e, 2 + 0.001 * e] for e, name in ARMS.items()}
+    got = row_cost(times, ARMS)
+    assert not got["resolved"] and got["sigma_seconds"] is None
+    assert got["range"][0] < 0 < got["range"][1]
+
+
+def test_no_row_counts_is_not_resolved():
+    assert row_cost({"r0": [1.0]}, {0: "r0"})["resolved"] is False
