@@ -180,7 +180,7 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
 
 
 def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int,
-          texts) -> dict:
+          texts, progress: bool = True) -> dict:
     """Each arm's prefill alone on ``units`` samples of the longest length (kept in
     ``timing.json`` and reused while the arms and samples are the same)."""
     path = root / "timing.json"
@@ -194,7 +194,7 @@ def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int
             if u.meta["length"] == longest]
     # a check costs at decoding, not at prefill; a splice is a diagnostic (it reads exact's cache)
     arms = [a for a in arms if a.check is None and a.splice is None]
-    out = {"key": key, "arms": time_arms(sess, pool, arms, units), "length": longest,
+    out = {"key": key, "arms": time_arms(sess, pool, arms, units, progress), "length": longest,
            "units": min(units, len(pool)), "seconds": time.time() - t0,
            "threads": torch.get_num_threads()}
     write_json(path, out)
@@ -229,7 +229,8 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
                                 tests=fr.tests(arms))
         if rep is None:  # a rank other than 0: rank 0 merged the shares
             continue
-        timing = timed(lm, cfg, maps, arms, root, timing_units, texts) if timing_units else {}
+        timing = (timed(lm, cfg, maps, arms, root, timing_units, texts, progress)
+                  if timing_units else {})
         summ = summarize(rep, fr, arms, timing, {"command": command, "seed": seed})
         write_summary(root, summ)
         print(f"{lm.name}: {rep['counts']['records']} records{' (PARTIAL)' if summ['partial'] else ''}"

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..core import select
 from ..core.plan import Plan
@@ -32,14 +33,18 @@ def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
 
 
 @torch.inference_mode()
-def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
+def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2,
+              progress: bool = True) -> dict:
     """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); for selector arms
     also the same rows replayed through FixedRows (the selector's own cost = difference)."""
     arms = [a for a in arms if a.control is None and not a.blind]  # controls cost the same
     out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
+    bar = tqdm(total=len(units[:n_units]) * len(arms), desc=f"{sess.loaded.name} timing",
+               unit="arm", disable=not progress, dynamic_ncols=True)
     for u in units[:n_units]:
         counts: dict[str, int] = {}
         for arm in arms:
+            bar.update()
             s, pre = _prefill_seconds(sess, arm, u.prompt, counts.get(arm.of, 0), u.seed)
             out[arm.name]["prefill"].append(s)
             out[arm.name]["macs_share"].append(sess.macs_share(arm, pre, u.prompt.n))
@@ -49,6 +54,7 @@ def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2) -> dict:
                 fixed = select.FixedRows(given=np.asarray(pre.plan.exact_rows))
                 r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
                 out[arm.name]["replay"].append(r)
+    bar.close()
     res = {}
     for name, d in out.items():
         res[name] = {k: (float(np.mean(v)) if v and v[0] is not None else None)

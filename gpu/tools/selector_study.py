@@ -372,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             sess = Session(loaded, maps, reuse_lower=False)  # every prefill runs its own
             units = [u for u in needle_units(loaded.tokenizer, cfg, CorpusTexts(), {})
                      if u.meta["length"] == max(a.lengths)]
-            timing = time_arms(sess, units, arms, a.timing_units) if a.timing_units else {}
+            timing = (time_arms(sess, units, arms, a.timing_units, not a.quiet)
+                      if a.timing_units else {})
             timing_s, threads = time.time() - t1, torch.get_num_threads()
             timing_command = shown = command
             timing_units = min(a.timing_units, len(units))
