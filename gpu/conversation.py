@@ -13,9 +13,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .core import prompt as prompts
+from .core import select
+from .core.engine import Selection
+from .core.late import repair_rows
+from .core.plan import Plan
 
 
 @dataclass
@@ -24,6 +29,8 @@ class Answer:
     tokens: list[int]
     new_prompt_tokens: int      # prompt tokens this turn added (the whole prefill on turn 1)
     seconds: float
+    repaired_rows: int = 0      # prefix rows made exact for this question (reselect=True)
+    repair_seconds: float = 0.0
 
 
 class Conversation:
@@ -43,6 +50,7 @@ class Conversation:
         self.cache = None
         self.ids: list[int] = []
         self.text = ""               # the text whose tokens the cache holds
+        self.exact_rows = np.zeros(0, np.int64)   # prefix rows whose late entries are exact
 
     def _render(self, turns: list[tuple[str, str | None]]) -> str:
         """The conversation's text: the document and the first question in one user turn, as
@@ -63,11 +71,13 @@ class Conversation:
 
     @torch.inference_mode()
     def ask(self, question: str, max_new_tokens: int = 32, answer_prefix: str = "",
-            stop: Callable[[str], bool] | None = None) -> Answer:
+            stop: Callable[[str], bool] | None = None, reselect: bool = False) -> Answer:
         """Answer ``question`` greedily: the first one in the RidgeFill prefill of the
         document, later ones fed at full depth on the carried cache. ``answer_prefix``: text
         the answer starts with (base models, as RULER prefills it); ``stop(text)``: end the
-        answer early once its text satisfies it (besides the end token)."""
+        answer early once its text satisfies it (besides the end token). ``reselect``: before
+        a later question, run the lexical net again for it and make the prefix rows it adds
+        exact in place (gpu.core.late.repair_rows: their late layers only, no new prefill)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens}: generate at least one token")
         full = self._render(self.turns + [(question, None)]) + answer_prefix
@@ -78,12 +88,16 @@ class Conversation:
             if p.n + max_new_tokens > limit:
                 raise ValueError(f"the document and question take {p.n} tokens; with the answer "
                                  f"they pass {self.rf.loaded.name}'s context of {limit}")
-            pre = self.rf.engine.run(p.ids, self.rf.config, prompt=p, logits_rows=1)
+            pre = self.rf.engine.run(p.ids, self.rf.config, prompt=p, logits_rows=1,
+                                     keep_x_split=True)
             if pre.visible is not None:
                 raise ValueError("fill='none' hides its filled rows from later turns, which an "
                                  "ordinary cache cannot do; use fill='ridge' for a conversation")
             self.prefill, self.cache, self.ids = pre, pre.cache, p.ids[0].tolist()
+            if pre.plan is not None:
+                self.exact_rows = pre.plan.exact_rows
             logits, n_new = pre.last_logits, p.n
+            repaired, repair_s = 0, 0.0
         else:
             if not full.startswith(self.text):
                 raise ValueError("the chat template renders earlier turns differently once a "
@@ -93,6 +107,9 @@ class Conversation:
             if len(self.ids) + len(new) + max_new_tokens > limit:
                 raise ValueError(f"the conversation would pass {self.rf.loaded.name}'s context "
                                  f"of {limit} tokens; start a new one")
+            t0 = time.perf_counter()
+            repaired = self._reselect(new) if reselect else 0
+            repair_s = time.perf_counter() - t0
             feed = torch.tensor([new], device=model.device)
             logits = model(input_ids=feed, cache=self.cache, use_cache=True,
                            logits_to_keep=1).logits[0, -1]
@@ -111,4 +128,31 @@ class Conversation:
         self.text = full + self.tok.decode(tokens[:-1], skip_special_tokens=False)  # last: unfed
         answer = self.tok.decode(tokens, skip_special_tokens=True)
         self.turns.append((question, answer_prefix + answer))
-        return Answer(answer, tokens, n_new, time.perf_counter() - start)
+        return Answer(answer, tokens, n_new, time.perf_counter() - start, repaired, repair_s)
+
+    def _reselect(self, new: list[int]) -> int:
+        """The lexical net's rows for the conversation ending in ``new`` (the next question),
+        read from this turn's rows only, among the first prefill's prefix rows; those not yet
+        exact are repaired in place."""
+        pre, cfg = self.prefill, self.rf.config
+        if pre.plan is None:
+            return 0  # exact prefill: every row is exact already
+        if cfg.rows != "lexical":
+            raise ValueError(f"reselect=True runs the lexical net again for the new question; "
+                             f"rows={cfg.rows!r} is not re-run on a carried cache: use "
+                             "rows='lexical' or reselect=False")
+        ids = self.ids + new
+        p = prompts.from_ids(self.tok, torch.tensor([ids]))
+        plan = Plan(len(ids), pre.plan.split, len(ids) - pre.plan.n_prefix, pre.plan.n_layers)
+        ctx = Selection(self.rf.engine, p, plan, pre.x_split, self.cache, {}, cfg.fill)
+        # the window: this turn's rows only (else the earlier question, still within the
+        # last 64 rows, wins the net again)
+        lexical = select.make("lexical", **cfg.options)
+        lexical.window = min(len(new), lexical.window)
+        chosen = lexical(ctx)
+        rows = np.setdiff1d(chosen, self.exact_rows)
+        if rows.size:
+            t = torch.as_tensor(rows, device=pre.x_split.device)
+            repair_rows(self.rf.engine.adapter, pre.plan.split, pre.x_split[:, t], t, self.cache)
+            self.exact_rows = np.union1d(self.exact_rows, rows)
+        return int(rows.size)

@@ -90,3 +90,52 @@ def test_raw_ids_without_a_tokenizer_refuse_text_selectors():
     with pytest.raises(ValueError, match="pass the model's tokenizer"):
         rf_no_tok.cache(ids)
     assert rf.cache(ids).get_seq_length() == ids.shape[1] - 1
+
+
+def test_repair_rows_writes_what_a_prefill_with_those_rows_exact_writes():
+    """Oracle: Engine.prefill with the same rows exact. Each repaired entry (late layers)
+    matches it; every other prefix entry is untouched."""
+    from gpu.core.engine import Engine
+    from gpu.core.late import repair_rows
+    from gpu.core.plan import Plan
+    from gpu_fixtures import LAYERS, tiny_model, token_ids
+
+    model = tiny_model("llama", seed=4)
+    ids = token_ids(48, seed=4)
+    eng = Engine(model)
+    split, tail = 1, 8
+    base = eng.prefill(ids, Plan(48, split, tail, LAYERS), "identity", keep_x_split=True)
+    rows = torch.tensor([3, 4, 17, 30])
+    want = eng.prefill(ids, Plan(48, split, tail, LAYERS, rows.numpy()), "identity")
+    before = [layer.keys.clone() for layer in base.cache.layers]
+    repair_rows(eng.adapter, split, base.x_split[:, rows], rows, base.cache)
+    others = torch.tensor([r for r in range(40) if r not in rows.tolist()])
+    for layer in range(split, LAYERS):
+        got, ref = base.cache.layers[layer], want.cache.layers[layer]
+        torch.testing.assert_close(got.keys[:, :, rows], ref.keys[:, :, rows], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.values[:, :, rows], ref.values[:, :, rows], rtol=1e-5, atol=1e-5)
+        assert torch.equal(got.keys[:, :, others], before[layer][:, :, others])
+
+
+def test_reselect_repairs_the_second_questions_needle(chat_model):
+    needle2 = "The secret code of the amber kettle is 7301552."
+    doc = DOC[:500] + " The special magic number for quiet-lantern is 4821937. " + DOC[500:900] \
+        + " " + needle2 + " " + DOC[900:]
+    rf = RidgeFill(chat_model, None, PrefillConfig(fill="identity", split=3, tail=16))
+    conv = rf.chat(doc, chat=True)
+    conv.ask("What is the special magic number for quiet-lantern?", max_new_tokens=4)
+    first = conv.exact_rows.copy()
+    a = conv.ask("What is the secret code of the amber kettle?", max_new_tokens=4,
+                 reselect=True)
+    assert a.repaired_rows > 0 and conv.exact_rows.size == first.size + a.repaired_rows
+    p = rf.prompt(doc, "x", chat=True)
+    start = p.text.index(needle2)
+    needle_rows = [i for i, (a0, b0) in enumerate(p.spans) if a0 < start + len(needle2) and b0 > start]
+    assert not set(needle_rows) & set(first.tolist())          # the first question missed it
+    assert set(needle_rows) & set(conv.exact_rows.tolist())    # the second one's rows hold it
+    with pytest.raises(ValueError, match="reselect=True runs the lexical net"):
+        probe = RidgeFill(chat_model, None, PrefillConfig(fill="identity", split=3, tail=16,
+                                                          rows="attention"))
+        c = probe.chat(doc, chat=True)
+        c.ask("What is the special magic number for quiet-lantern?", max_new_tokens=2)
+        c.ask("And for amber-kettle?", max_new_tokens=2, reselect=True)

@@ -54,6 +54,7 @@ class Prefill:
     seconds: float = 0.0
     received: torch.Tensor | None = None  # attention received per prefix row (probe), if asked
     info: dict = field(default_factory=dict)
+    x_split: torch.Tensor | None = None   # (1, n, C) layer S's input, when asked to keep it
 
     @property
     def last_logits(self) -> torch.Tensor:
@@ -164,13 +165,14 @@ class Engine:
     @torch.inference_mode()
     def run(self, ids: torch.Tensor, config: PrefillConfig, *, prompt=None,
             logits_rows: int | None = 1, selector=None, splice: str | None = None,
-            exact_cache: DynamicCache | None = None) -> Prefill:
+            exact_cache: DynamicCache | None = None, keep_x_split: bool = False) -> Prefill:
         """Prefill ``ids`` (1, n) under ``config``: the entry point of the API, the CLI, the
         evaluation's arms and the benchmark. The plan and the selector come from the
         configuration (``selector`` overrides the configured one: the evaluation's controls);
         ``prompt`` (gpu.core.prompt.Prompt) carries the text that text-reading selectors need.
         What was adjusted (a prompt that fits the tail, a prefix too short to select from) is
-        listed in ``Prefill.info["notes"]``."""
+        listed in ``Prefill.info["notes"]``. ``keep_x_split``: keep layer S's input in the
+        result (rows made exact later without a new prefill: gpu.core.late.repair_rows)."""
         cfg = config.resolve(self.adapter.n_layers, self.maps)
         _check_ids(ids)
         n = ids.shape[1]
@@ -200,7 +202,8 @@ class Engine:
         pre = self.prefill(ids, plan, cfg.fill, rescale=cfg.rescale,
                            rescale_rows=cfg.rescale_rows, splice=splice, exact_cache=exact_cache,
                            skip_unread=cfg.skip_unread, selector=selector, prompt=prompt,
-                           logits_rows=logits_rows, correction=cfg.correction)
+                           logits_rows=logits_rows, correction=cfg.correction,
+                           keep_x_split=keep_x_split)
         pre.info["notes"] = notes
         return pre
 
@@ -209,7 +212,8 @@ class Engine:
                 rescale: str | None = None, rescale_rows: int = 512,
                 splice: str | None = None, exact_cache: DynamicCache | None = None,
                 skip_unread: bool = True, selector=None, prompt=None,
-                logits_rows: int | None = None, correction: bool | dict = False) -> Prefill:
+                logits_rows: int | None = None, correction: bool | dict = False,
+                keep_x_split: bool = False) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
         fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
@@ -278,7 +282,8 @@ class Engine:
             h, computed = h[:, -k:], computed[-k:]
         logits = self.adapter.logits(h)[0]
         return Prefill(cache, logits, computed, plan, fill, visible,
-                       seconds=time.perf_counter() - start, info=stats)
+                       seconds=time.perf_counter() - start, info=stats,
+                       x_split=x_split if keep_x_split else None)
 
     def _deltas(self, correction, fill: str) -> dict[int, torch.Tensor] | None:
         """DeltaM per GDN late layer for the terminal-state correction, or None."""

@@ -203,6 +203,37 @@ def rescaled(ctx: Late, layer: int, h: torch.Tensor, norm, cos, sin, kf: torch.T
     return kf * scale[..., None, None], vf
 
 
+@torch.inference_mode()
+def repair_rows(adapter: Adapter, split: int, x_rows: torch.Tensor, rows: torch.Tensor,
+                cache: DynamicCache) -> None:
+    """Make filled prefix ``rows`` exact in a finished cache without a new prefill (the
+    re-selection refinement of paper Appendix D): the rows walk the late layers from their
+    x_S ``x_rows`` (1, m, C), each attending over the cache's entries at positions up to its
+    own, and their entries are overwritten in place. Every earlier row's entry is what the
+    prefill wrote, so each repaired entry is the one a prefill with these rows exact would
+    have written; rows after them keep entries computed over the filled ones (the cost of
+    not prefilling again). Attention layers without a sliding window only."""
+    rows = rows.to(x_rows.device)
+    h = x_rows
+    for layer in range(split, adapter.n_layers):
+        info = adapter.layer_info(layer)
+        if info.kind != "attention":
+            raise ValueError(f"rows cannot be made exact in place on {info.kind} layer {layer} "
+                             "(a Gated DeltaNet state or a sliding window's dropped columns): "
+                             "prefill again with these rows exact instead")
+        cos, sin = adapter.rope(h, rows[None], layer)
+        normed = adapter.input_norm(layer)(h)
+        k, v = adapter.keys_values(layer, normed, cos, sin)             # (1, Hkv, m, D)
+        entry = cache.layers[layer]
+        entry.keys[:, :, rows], entry.values[:, :, rows] = k, v
+        key_pos = torch.arange(entry.keys.shape[2], device=rows.device)
+        allowed = key_pos[None, :] <= rows[:, None]                    # (m, S)
+        q, gate = adapter.queries_gated(layer, normed, cos, sin)
+        out = masked_attention(q, entry.keys, entry.values, allowed, adapter.scaling(layer))
+        out = out.transpose(1, 2).reshape(1, rows.numel(), -1)         # (1, m, H*D)
+        h = adapter.finish(layer, h, out) if gate is None else adapter.finish(layer, h, out, gate)
+
+
 def every_row_exact(adapter: Adapter, split: int, x_split: torch.Tensor,
                     cache: DynamicCache | None) -> torch.Tensor:
     """The late walk with every row of ``x_split`` (1, n, C) computed and none filled: the
