@@ -43,3 +43,12 @@ def test_run_sample_records_both_questions_and_the_coverage():
     rows = tasks.needle_token_positions(s, p.spans, shift)[second]
     assert max(rows) < p.n - 16        # the second needle lies in the filled region here
     assert filled["covered"] == 0.0    # no exact rows: none of it is exact
+
+
+def test_reselect_arm_records_its_repair():
+    loaded, s, p, shift = _setup()
+    rf = RidgeFill(loaded, None, PrefillConfig(fill="identity", split=3, tail=16))
+    rec = sq.run_sample(rf, s, p, shift, chat=True, answer_prefix=True, reselect=True)
+    assert rec["second"]["covered_after_repair"] >= rec["covered"]
+    assert rec["second"]["repaired_rows"] >= 0 and rec["second"]["repair_seconds"] >= 0
+    assert set(sq.arms(3, 16, True)) - set(sq.arms(3, 16, False)) == {sq.RESELECT}

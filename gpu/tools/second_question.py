@@ -33,6 +33,7 @@ from ..api import RidgeFill
 from ..conversation import Conversation
 from ..core import models
 from ..core.config import PrefillConfig
+from ..core.engine import Engine
 from ..eval import tasks
 from ..eval.grid import preset_for
 from ..eval.harness import ensure_maps
@@ -45,12 +46,20 @@ FIRST_TOKENS, SECOND_TOKENS = 32, 24
 NUMBER = re.compile(r"\d{7}")
 
 
-def arms(split: int, tail: int) -> dict[str, PrefillConfig]:
-    """Exact, RidgeFill alone, + the default rows (lexical), + the probe."""
+RESELECT = "ridgefill+lexical+reselect"
+
+
+def arms(split: int, tail: int, reselect: bool) -> dict[str, PrefillConfig]:
+    """Exact, RidgeFill alone, + the default rows (lexical), + the probe, and (where rows can
+    be made exact in place: no sliding-window or GDN layer above the split) the lexical rows
+    re-selected for the second question (``RESELECT``)."""
     base = PrefillConfig(split=split, tail=tail, rows="none")
-    return {"exact": PrefillConfig(fill="exact"), "ridgefill": base,
-            "ridgefill+lexical": base.replace(rows="lexical"),
-            "ridgefill+probe": base.replace(rows="probe")}
+    out = {"exact": PrefillConfig(fill="exact"), "ridgefill": base,
+           "ridgefill+lexical": base.replace(rows="lexical"),
+           "ridgefill+probe": base.replace(rows="probe")}
+    if reselect:
+        out[RESELECT] = base.replace(rows="lexical")
+    return out
 
 
 def second_needle(s: tasks.NeedleSample, seed: int) -> tasks.Needle:
@@ -79,7 +88,8 @@ def samples_for(loaded, cfg, length: int, n: int) -> list:
     return out
 
 
-def run_sample(rf: RidgeFill, s, p, shift: int, chat: bool, answer_prefix: bool) -> dict:
+def run_sample(rf: RidgeFill, s, p, shift: int, chat: bool, answer_prefix: bool,
+               reselect: bool = False) -> dict:
     """Both questions under one arm; what was asked, answered and covered."""
     conv = Conversation(rf, s.context, chat)
     prefix1 = s.answer_prefix if answer_prefix else ""
@@ -89,17 +99,27 @@ def run_sample(rf: RidgeFill, s, p, shift: int, chat: bool, answer_prefix: bool)
     second = second_needle(s, 0)
     q2 = s.question.replace(s.query, second.key)
     prefix2 = prefix1.replace(s.query, second.key)
-    a2 = conv.ask(q2, SECOND_TOKENS, answer_prefix=prefix2,
-                  stop=lambda text: first_number(text) is not None)
     rows = tasks.needle_token_positions(s, p.spans, shift)[s.needles.index(second)]
+    covered = _share(rows, conv)
+    a2 = conv.ask(q2, SECOND_TOKENS, answer_prefix=prefix2,
+                  stop=lambda text: first_number(text) is not None, reselect=reselect)
     plan = conv.prefill.plan
-    exact = set(plan.exact_rows.tolist()) if plan is not None else set(rows)
     return {"first": {"answer": a1.text, "score": tasks.score(prefix1 + a1.text, s.expected)},
             "second": {"question": q2, "key": second.key, "value": second.value,
                        "answer": a2.text, "score": float(first_number(a2.text) == second.value),
-                       "seconds": a2.seconds, "fed_tokens": a2.new_prompt_tokens},
-            "covered": len([r for r in rows if r in exact]) / max(len(rows), 1),
+                       "seconds": a2.seconds, "fed_tokens": a2.new_prompt_tokens,
+                       "repaired_rows": a2.repaired_rows, "repair_seconds": a2.repair_seconds,
+                       "covered_after_repair": _share(rows, conv)},
+            "covered": covered,
             "exact_prefix_rows": 0 if plan is None else int(plan.exact_rows.size)}
+
+
+def _share(rows: list[int], conv: Conversation) -> float:
+    """Share of ``rows`` whose late-layer entries are exact in the conversation's cache."""
+    if conv.prefill.plan is None:
+        return 1.0
+    exact = set(conv.exact_rows.tolist())
+    return len([r for r in rows if r in exact]) / max(len(rows), 1)
 
 
 def run_model(name: str, n: int, out_dir: Path, device: str | None = None,
@@ -111,7 +131,9 @@ def run_model(name: str, n: int, out_dir: Path, device: str | None = None,
     root.mkdir(parents=True, exist_ok=True)
     maps = ensure_maps(loaded, cfg, root, progress=progress)[cfg.splits[0]]
     journal = Journal(root / "records.jsonl")
-    configs = arms(cfg.splits[0], cfg.tail)
+    in_place = all(Engine(loaded.model).adapter.layer_info(l).kind == "attention"
+                   for l in range(cfg.splits[0], loaded.n_layers))
+    configs = arms(cfg.splits[0], cfg.tail, in_place)
     runners = {a: RidgeFill(loaded, None if c.fill == "exact" else maps, c)
                for a, c in configs.items()}
     units = samples_for(loaded, cfg, length, n)
@@ -121,7 +143,7 @@ def run_model(name: str, n: int, out_dir: Path, device: str | None = None,
             key = f"{arm}|{s.index}|{sig(p.ids[0].tolist(), s.expected, loaded.fingerprint())}"
             if key in journal:
                 continue
-            rec = run_sample(rf, s, p, shift, cfg.chat, cfg.answer_prefix)
+            rec = run_sample(rf, s, p, shift, cfg.chat, cfg.answer_prefix, arm == RESELECT)
             journal.add({"key": key, "arm": arm, "index": s.index, "length": length, **rec})
     summary = summarize(journal, list(configs), [s.index for s, _, _ in units], name, length,
                         cfg, time.time() - started)
@@ -150,6 +172,13 @@ def summarize(journal: Journal, arm_names: list[str], indices: list[int], model:
                 iv = paired_bootstrap(x, exact[q] * 100, seed=0)
                 row[f"{q}_vs_exact"] = [iv.estimate, iv.low, iv.high]
         row["covered"] = float(np.mean([by[(a, i)]["covered"] for i in have])) if have else None
+        row["covered_after_repair"] = float(np.mean(
+            [by[(a, i)]["second"].get("covered_after_repair", by[(a, i)]["covered"])
+             for i in have])) if have else None
+        row["repaired_rows"] = float(np.mean([by[(a, i)]["second"].get("repaired_rows", 0)
+                                              for i in have])) if have else None
+        row["repair_seconds"] = float(np.mean([by[(a, i)]["second"].get("repair_seconds", 0.0)
+                                               for i in have])) if have else None
         row["exact_prefix_rows"] = float(np.mean([by[(a, i)]["exact_prefix_rows"] for i in have])) \
             if have else None
         out["arms"][a] = row
@@ -165,11 +194,14 @@ def markdown(s: dict) -> str:
              f"{s['n']}; split {s['split']}, tail {s['tail']}; retrieval in points, paired 95% "
              f"bootstrap intervals against exact; binomial floor {s['binomial_floor']:.1f})", "",
              "| arm | first question | vs exact | second question | vs exact | second needle "
-             "already exact | exact prefix rows |", "|---|---|---|---|---|---|---|"]
+             "exact after the first question | after re-selection | rows repaired (s) | "
+             "exact prefix rows |", "|---|---|---|---|---|---|---|---|---|"]
     for a, r in s["arms"].items():
         lines.append(f"| {a} | {r['first']:.1f} | {iv(r.get('first_vs_exact'))} | "
                      f"{r['second']:.1f} | {iv(r.get('second_vs_exact'))} | "
-                     f"{100 * r['covered']:.0f}% | {r['exact_prefix_rows']:.0f} |")
+                     f"{100 * r['covered']:.0f}% | {100 * r['covered_after_repair']:.0f}% | "
+                     f"{r['repaired_rows']:.1f} ({r['repair_seconds']:.2f}) | "
+                     f"{r['exact_prefix_rows']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
