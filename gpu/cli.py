@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checks", type=float, nargs="+",
                    help="frontier: decode-time check thresholds at 5/8 depth (paper I.4; "
                         "default 0.5)")
-    e.add_argument("--timing-units", type=int, default=2,
+    e.add_argument("--timing-units", type=int, default=1,
                    help="frontier: samples each arm's prefill is timed on (0: no timing)")
     v = sub.add_parser("advise", help="choose split, tail and rows for a model (paper 9, "
                                       "steps 2-5): a small frontier on held-out text")

@@ -194,7 +194,8 @@ def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int
             if u.meta["length"] == longest]
     # a check costs at decoding, not at prefill; a splice is a diagnostic (it reads exact's cache)
     arms = [a for a in arms if a.check is None and a.splice is None]
-    out = {"key": key, "arms": time_arms(sess, pool, arms, units, progress), "length": longest,
+    out = {"key": key, "arms": time_arms(sess, pool, arms, units, progress, replay=False),
+           "length": longest,
            "units": min(units, len(pool)), "seconds": time.time() - t0,
            "threads": torch.get_num_threads()}
     write_json(path, out)
@@ -204,7 +205,7 @@ def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int
 def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: int = 10,
         docs: int = 8, lengths: list[int] | None = None, tails: list[int] | None = None,
         checks: list[float] | None = CHECKS, seed: int = 0, device: str | None = None,
-        timing_units: int = 2, progress: bool = True, loaded=None, texts=None,
+        timing_units: int = 1, progress: bool = True, loaded=None, texts=None,
         fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096,
         fills: tuple[str, ...] = ("ridge", "identity"),
         cut: tuple[str, ...] | None = None) -> list[dict]:

@@ -34,9 +34,10 @@ def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
 
 @torch.inference_mode()
 def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2,
-              progress: bool = True) -> dict:
-    """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); for selector arms
-    also the same rows replayed through FixedRows (the selector's own cost = difference)."""
+              progress: bool = True, replay: bool = True) -> dict:
+    """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); with ``replay``,
+    selector arms also with the same rows replayed through FixedRows (the selector's own
+    cost = difference)."""
     arms = [a for a in arms if a.control is None and not a.blind]  # controls cost the same
     out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
     bar = tqdm(total=len(units[:n_units]) * len(arms), desc=f"{sess.loaded.name} timing",
@@ -50,7 +51,7 @@ def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2,
             out[arm.name]["macs_share"].append(sess.macs_share(arm, pre, u.prompt.n))
             if pre.plan is not None:
                 counts[arm.name] = int(pre.plan.exact_rows.size)
-            if arm.selects:
+            if replay and arm.selects:
                 fixed = select.FixedRows(given=np.asarray(pre.plan.exact_rows))
                 r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
                 out[arm.name]["replay"].append(r)
