@@ -25,7 +25,7 @@ def test_readme_python_examples_run_as_written(tmp_path, monkeypatch, capsys):
         pytest.skip("the smollm2-135m model package is not installed")
     monkeypatch.chdir(tmp_path)
     rc = cli.main(["fit", "--model", "smollm2-135m", "--device", "cpu", "--splits", "11",
-                   "--max-tokens", "3000", "--out", "maps-s11.safetensors"])
+                   "--max-tokens", "3000", "--lambdas", "0.1", "--out", "maps-s11.safetensors"])
     assert rc == 0
     words = ("The river ran past the old mill and the orchard, where the workers met each "
              "morning before the bell. ") * 40
