@@ -79,7 +79,8 @@ class Loaded:
         return fingerprint(self.model)
 
 
-_UNTIED_KEYS = ("_name_or_path", "dtype", "torch_dtype", "transformers_version",
+# config keys that say how a model was loaded, not what it is
+UNTIED_KEYS = ("_name_or_path", "dtype", "torch_dtype", "transformers_version",
                 "quantization_config", "_attn_implementation_autoset")
 
 
@@ -88,7 +89,7 @@ def fingerprint(model: nn.Module) -> str:
     the dtype and device it was loaded at: 64 embedding rows spread over the vocabulary and
     strided rows of the last decoder layer's first weight matrix (so a fine-tune and its base
     differ), each rounded to bf16 (a bf16 load of fp32 weights rounds the same way)."""
-    cfg = {k: v for k, v in sorted(model.config.to_dict().items()) if k not in _UNTIED_KEYS}
+    cfg = {k: v for k, v in sorted(model.config.to_dict().items()) if k not in UNTIED_KEYS}
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     emb = model.get_input_embeddings().weight
     h.update(_canonical(emb[torch.linspace(0, emb.shape[0] - 1, 64).long().to(emb.device)]))

@@ -183,8 +183,7 @@ def record_identity(model) -> str:
     embedding rows at fp32 (the study runs fp32 on the CPU). Kept as the committed journals
     were keyed; map files use gpu.core.models.fingerprint, which ignores the load dtype."""
     cfg = {k: v for k, v in sorted(model.config.to_dict().items())
-           if k not in ("_name_or_path", "dtype", "torch_dtype", "transformers_version",
-                        "quantization_config", "_attn_implementation_autoset")}
+           if k not in models.UNTIED_KEYS}
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     emb = model.get_input_embeddings().weight.detach().float()
     h.update(emb[:64].contiguous().cpu().numpy().tobytes())
