@@ -56,6 +56,12 @@ class PrefillConfig:
         "help": "convert maps one layer at a time instead of keeping them resident"})
     skip_unread: bool = field(default=True, metadata={
         "help": "give no entry to filled rows no later query can read (sliding windows)"})
+    chunk: int = field(default=8192, metadata={
+        "help": "rows per pass of the lower layers for longer prompts (bounds the memory that "
+                "grows with length; 0: one pass, bitwise the stock forward's lower layers)"})
+    batched_fill: bool = field(default=True, metadata={
+        "help": "write every late attention layer's filled entries in one stacked pass on "
+                "x_S before the layer walk (gpu.core.batched); off: layer by layer"})
 
     def __post_init__(self):
         opts = self.selector_options
@@ -76,6 +82,9 @@ class PrefillConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be at least 1 (an integer): the last "
                                  "rows of the prompt run exactly (e.g. tail=512)")
+        if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 0:
+            raise ValueError(f"chunk={self.chunk!r} must be a row count >= 1, or 0 for one pass "
+                             "of the lower layers (e.g. chunk=8192)")
         if self.split is not None and (isinstance(self.split, bool) or
                                        not isinstance(self.split, int) or self.split < 1):
             raise ValueError(f"split={self.split!r} must be a layer index >= 1 (paper default: "

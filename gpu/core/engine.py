@@ -83,9 +83,11 @@ class _LowerPass:
     x_split: torch.Tensor
     cache: DynamicCache                # layers 0..split-1 written, nothing above
     inputs: dict[int, torch.Tensor]    # every lower layer's input, all rows (for selectors)
+    chunk: int = 0                     # rows per pass (0: one pass, as the stock forward)
 
-    def matches(self, ids: torch.Tensor, split: int) -> bool:
-        return self.split == split and torch.equal(self.ids, ids)  # False on another shape
+    def matches(self, ids: torch.Tensor, split: int, chunk: int = 0) -> bool:
+        return (self.split == split and self.chunk == chunk
+                and torch.equal(self.ids, ids))  # False on another shape
 
 
 class Engine:
@@ -107,11 +109,31 @@ class Engine:
     # ------------------------------------------------------------------ lower layers
     @torch.inference_mode()
     def lower(self, ids: torch.Tensor, split: int, cache: DynamicCache,
-              keep: dict[int, slice] | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+              keep: dict[int, slice] | None = None, chunk: int = 0
+              ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Run layers 0..split-1 with the model's own forward; return x_split (1, n, d).
 
         ``keep`` asks for the inputs of chosen lower layers (rows sliced), for selectors.
+        ``chunk``: with a cache, a prompt longer than ``chunk`` rows goes through in passes of
+        that many rows, each over the cache the earlier ones wrote (the model's own chunked
+        prefill), so what grows with length (masks, activations) stays chunk x n instead of
+        n x n; equal to one pass up to float rounding. 0: one pass (bitwise the stock forward).
         """
+        n = ids.shape[1]
+        if chunk and cache is not None and n > chunk:
+            xs, parts = [], {}
+            for a in range(0, n, chunk):
+                x, kept = self._lower_pass(ids[:, a:a + chunk], split, cache,
+                                           dict.fromkeys(keep or {}, slice(None)))
+                xs.append(x)
+                for i, t in kept.items():
+                    parts.setdefault(i, []).append(t)
+            return torch.cat(xs, 1), {i: torch.cat(parts[i], 1)[:, r] for i, r in (keep or {}).items()}
+        return self._lower_pass(ids, split, cache, keep)
+
+    def _lower_pass(self, ids: torch.Tensor, split: int, cache: DynamicCache | None,
+                    keep: dict[int, slice] | None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """One forward of the model stopped at layer ``split``'s input."""
         box: dict = {}
 
         def stop(module, args, kwargs):
@@ -142,20 +164,23 @@ class Engine:
         self._last = _LowerPass(ids.clone(), split, inputs[split], lower,
                                 {i: inputs[i] for i in range(split)})
 
-    def _lower_prefix(self, ids: torch.Tensor, split: int, keep: dict | None
+    def _lower_prefix(self, ids: torch.Tensor, split: int, keep: dict | None, chunk: int = 0
                       ) -> tuple[torch.Tensor, dict[int, torch.Tensor], DynamicCache]:
         """The lower layers of a fresh prefill into a new cache (reused, see ``reuse_lower``)."""
+        chunk = chunk if ids.shape[1] > chunk else 0  # 0: one pass
         if not self.reuse_lower:
             self._last = None
             cache = DynamicCache(config=self.model.config)
-            x_split, kept = self.lower(ids, split, cache, keep)
+            x_split, kept = self.lower(ids, split, cache, keep, chunk)
             return x_split, kept, cache
         last = self._last
-        if last is None or not last.matches(ids, split):
+        if last is None or not last.matches(ids, split, chunk):
             self._last = None  # free the previous prompt's pass before running this one
             cache = DynamicCache(config=self.model.config)
-            x_split, inputs = self.lower(ids, split, cache, dict.fromkeys(range(split), slice(None)))
-            last = self._last = _LowerPass(ids.clone(), split, x_split, copy.deepcopy(cache), inputs)
+            x_split, inputs = self.lower(ids, split, cache, dict.fromkeys(range(split), slice(None)),
+                                         chunk)
+            last = self._last = _LowerPass(ids.clone(), split, x_split, copy.deepcopy(cache), inputs,
+                                           chunk)
         else:
             cache = copy.deepcopy(last.cache)
         kept = {i: last.inputs[i][:, rows] for i, rows in (keep or {}).items()}
@@ -203,7 +228,8 @@ class Engine:
                            rescale_rows=cfg.rescale_rows, splice=splice, exact_cache=exact_cache,
                            skip_unread=cfg.skip_unread, selector=selector, prompt=prompt,
                            logits_rows=logits_rows, correction=cfg.correction,
-                           keep_x_split=keep_x_split)
+                           keep_x_split=keep_x_split, batched=cfg.batched_fill,
+                           chunk=cfg.chunk)
         pre.info["notes"] = notes
         return pre
 
@@ -213,7 +239,7 @@ class Engine:
                 splice: str | None = None, exact_cache: DynamicCache | None = None,
                 skip_unread: bool = True, selector=None, prompt=None,
                 logits_rows: int | None = None, correction: bool | dict = False,
-                keep_x_split: bool = False) -> Prefill:
+                keep_x_split: bool = False, batched: bool = True, chunk: int = 0) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
         fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
@@ -229,6 +255,10 @@ class Engine:
         True takes DeltaM from the maps (``ridgefill fit --correction``); a dict
         {layer: DeltaM (H_v, d_k, d_v)} gives it explicitly. Applies to the ridge fill (DeltaM
         is measured for the maps); a no-op when no row is filled into the state (exact, none).
+        batched: the filled entries of all late attention layers in one stacked pass
+        (gpu.core.batched), else layer by layer (equal up to float rounding).
+        chunk: the lower layers of a prompt longer than ``chunk`` rows run in passes of that
+        many rows (Engine.lower); 0: one pass.
         """
         if fill not in FILLS:
             raise ValueError(f"fill={fill!r}: choose one of {FILLS}")
@@ -260,7 +290,7 @@ class Engine:
                            seconds=time.perf_counter() - start)
 
         keep = selector.keep(prompt, plan) if selector is not None else None
-        x_split, kept, cache = self._lower_prefix(ids, plan.split, keep)
+        x_split, kept, cache = self._lower_prefix(ids, plan.split, keep, chunk)
         if selector is not None:
             ctx = Selection(self, prompt, plan, x_split, cache, kept, fill)
             plan = plan.with_rows(selector(ctx))
@@ -271,7 +301,8 @@ class Engine:
                         fill if fill in ("ridge", "identity") else None,
                         tail_start=plan.n_prefix, rescale=rescale, rescale_rows=rescale_rows,
                         splice=splice, exact_cache=exact_cache, skip_unread=skip_unread,
-                        correction=deltas, stats=stats)
+                        correction=deltas, stats=stats, batched=batched,
+                        predict_many=self.predict_inputs)
         h = late.run(ctx, x_split[:, computed])
         visible = None
         if fill == "none":  # filled rows have no late-layer entry; decoding must not see them
@@ -305,6 +336,14 @@ class Engine:
     def predict_input(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The maps' prediction of ``layer``'s input from x_S rows ``x`` (paper 2.2)."""
         return self.maps.predict(layer, x)
+
+    def predict_inputs(self, layers: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
+        """``predict_input`` of several layers stacked (len(layers), *x.shape): one matrix
+        product when the maps keep their weights stacked (the batched fill)."""
+        stacked = getattr(self.maps, "predict_stacked", None)
+        if stacked is not None:
+            return stacked(layers, x)
+        return torch.stack([self.maps.predict(l, x) for l in layers])
 
     # ------------------------------------------------------------------ decoding
     @torch.inference_mode()

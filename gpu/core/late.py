@@ -17,11 +17,14 @@ from transformers import DynamicCache
 
 from rfmath.gating import filled_share
 
+from . import batched
 from .adapters import Adapter
 from .attention import attention_probs, masked_attention
 from .cache import exact_entries, read_by_someone
 
 Predict = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, x_S rows) -> predicted input
+# (layers, x_S rows) -> predicted inputs of those layers stacked (one product: the batched fill)
+PredictMany = Callable[[tuple[int, ...], torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,9 @@ class Late:
     fill, decoding). ``visible`` hides older cache rows (the no-fill arm while decoding);
     ``received`` (n_keys,) accumulates the attention each key row receives from the computed
     rows; ``correction`` {layer: DeltaM} is the terminal-state correction on those GDN layers,
-    whose rho goes to ``stats["rho"]``.
+    whose rho goes to ``stats["rho"]``. ``batched``: the filled entries of every late
+    attention layer are written in one pass before the walk (gpu.core.batched; not with a
+    rescale or a splice, which read the walk's computed rows or another cache).
     """
 
     adapter: Adapter
@@ -55,6 +60,8 @@ class Late:
     skip_unread: bool = True
     correction: dict | None = None
     stats: dict | None = None
+    batched: bool = True
+    predict_many: PredictMany | None = None
 
     @property
     def n_new(self) -> int:
@@ -74,11 +81,13 @@ class Late:
 
 def run(ctx: Late, h: torch.Tensor) -> torch.Tensor:
     """Layers split..L-1; returns the computed rows' hidden state after the last layer."""
+    ready = (batched.entries(ctx) if ctx.batched and ctx.writes_filled and ctx.rescale is None
+             and ctx.splice is None else {})
     for layer in range(ctx.split, ctx.adapter.n_layers):
         if ctx.adapter.layer_info(layer).kind == "gdn":
             h = gdn_layer(ctx, layer, h)
         else:
-            h = attention_layer(ctx, layer, h)
+            h = attention_layer(ctx, layer, h, ready.pop(layer, None))
     return h
 
 
@@ -99,9 +108,12 @@ def filled_entries(ctx: Late, layer: int, rows: torch.Tensor, h: torch.Tensor, n
     return kf, vf
 
 
-def attention_layer(ctx: Late, layer: int, h: torch.Tensor) -> torch.Tensor:
+def attention_layer(ctx: Late, layer: int, h: torch.Tensor,
+                    ready: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+                    ) -> torch.Tensor:
     """One attention layer: every new row's cache entry, then the computed rows' attention
-    over the mixed cache (causal, within the layer's window, over visible rows only)."""
+    over the mixed cache (causal, within the layer's window, over visible rows only).
+    ``ready``: the filled rows' (rows, keys, values), written by the batched fill."""
     ad, computed, device = ctx.adapter, ctx.computed, ctx.x_split.device
     info = ad.layer_info(layer)
     n_new = ctx.n_new
@@ -114,10 +126,14 @@ def attention_layer(ctx: Late, layer: int, h: torch.Tensor) -> torch.Tensor:
     k[:, :, computed], v[:, :, computed] = ad.keys_values(layer, normed, cos[:, computed],
                                                           sin[:, computed])
     rows_f = ctx.filled
-    if ctx.writes_filled and ctx.skip_unread and info.window is not None:
-        rows_f = read_by_someone(rows_f, computed, n_new, info.window)
-    if ctx.writes_filled and rows_f.numel():
-        k[:, :, rows_f], v[:, :, rows_f] = filled_entries(ctx, layer, rows_f, h, norm, cos, sin)
+    if ready is not None:
+        rows_f, kf, vf = ready
+        k[:, :, rows_f], v[:, :, rows_f] = kf, vf
+    else:
+        if ctx.writes_filled and ctx.skip_unread and info.window is not None:
+            rows_f = read_by_someone(rows_f, computed, n_new, info.window)
+        if ctx.writes_filled and rows_f.numel():
+            k[:, :, rows_f], v[:, :, rows_f] = filled_entries(ctx, layer, rows_f, h, norm, cos, sin)
     k_all, v_all = (k, v) if ctx.cache is None else ctx.cache.update(k, v, layer)
     n_keys = k_all.shape[2]
     key_pos = torch.arange(ctx.base + n_new - n_keys, ctx.base + n_new, device=device)

@@ -197,7 +197,8 @@ class ProbeRows(Selector):
         sweep = late.Late(ctx.engine.adapter, ctx.engine.predict_input, ctx.plan.split, ctx.x_split,
                           probe, torch.arange(n_p, device=device), None,
                           "identity" if ctx.fill == "identity" else "ridge",
-                          tail_start=int(probe.min()), received=received)
+                          tail_start=int(probe.min()), received=received,
+                          predict_many=ctx.engine.predict_inputs)
         late.run(sweep, ctx.x_split[:, probe])
         return received.cpu().numpy().astype(np.float64)
 

@@ -83,12 +83,17 @@ class MapSet:
     unigram: np.ndarray | None = None     # token counts of the calibration text (rarity)
     delta_M: dict[int, torch.Tensor] = field(default_factory=dict)  # GDN layer -> DeltaM (2.3)
     _ready: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    _stack: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __post_init__(self):
         if self.precision not in ("bf16", "int8"):
             raise ValueError(f"precision={self.precision!r}: choose 'bf16' or 'int8'")
-        if self.resident:
-            self._ready = {l: self._weights(l) for l in self.layers}
+        if self.resident:  # one stack (layers in order) that every layer's map is a view of
+            A, b = zip(*(self._weights(l) for l in self.layers))
+            self._stack = (torch.cat(A), torch.cat(b))
+            d = A[0].shape[0]
+            self._ready = {l: (self._stack[0][i * d:(i + 1) * d], self._stack[1][i * d:(i + 1) * d])
+                           for i, l in enumerate(self.layers)}
             self.tensors = {}
 
     @property
@@ -106,6 +111,22 @@ class MapSet:
     def predict(self, layer: int, x_split: torch.Tensor) -> torch.Tensor:
         A, b = self._ready[layer] if self.resident else self._weights(layer)
         return torch.nn.functional.linear(x_split, A, b)
+
+    def predict_stacked(self, layers: tuple[int, ...], x_split: torch.Tensor) -> torch.Tensor:
+        """``predict`` for several layers in one matrix product (the batched fill):
+        (len(layers), *x_split.shape). Resident maps are stored stacked, so a run of
+        consecutive layers multiplies a view of that stack; other sets are gathered."""
+        if not self.resident:
+            return torch.stack([self.predict(l, x_split) for l in layers])
+        first = self.layers.index(layers[0])
+        if tuple(self.layers[first:first + len(layers)]) == tuple(layers):
+            d = self._stack[0].shape[0] // len(self.layers)
+            A, b = (t[first * d:(first + len(layers)) * d] for t in self._stack)
+        else:
+            A = torch.cat([self._ready[l][0] for l in layers])
+            b = torch.cat([self._ready[l][1] for l in layers])
+        y = torch.nn.functional.linear(x_split, A, b)                 # (..., n_layers * d)
+        return y.unflatten(-1, (len(layers), -1)).movedim(-2, 0)
 
     def nbytes(self) -> int:
         """Size of the maps as stored at this precision (what a deployment keeps)."""

@@ -53,18 +53,16 @@ class Adapter:
         return self.inner.rotary_emb(h, positions)
 
     # --- computation -----------------------------------------------------------------------
+    def writer(self, i: int) -> "EntryWriter":
+        """Layer ``i``'s cache-entry writer (its own modules, not copies)."""
+        return EntryWriter(self.input_norm(i), self.attn(i))
+
     def keys_values(self, i: int, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Cache entries (post-norm, post-RoPE) of rows whose normed layer input is ``normed``.
 
         normed: (1, n, d) -> k, v: (1, n_kv, n, head_dim).
         """
-        attn = self.attn(i)
-        shape = (*normed.shape[:-1], -1, attn.head_dim)
-        k = attn.k_proj(normed).view(shape).transpose(1, 2)
-        v = attn.v_proj(normed).view(shape).transpose(1, 2)
-        if hasattr(attn, "k_norm"):
-            k = attn.k_norm(k)
-        return _apply_rope(k, cos, sin), v
+        return self.writer(i).project(normed, cos, sin)
 
     def queries(self, i: int, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         attn = self.attn(i)
@@ -109,6 +107,31 @@ class Adapter:
     def gdn_writes(self, i: int, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What each row writes towards the state: its key and value projections (1, n, *)."""
         raise NotImplementedError(f"the {self.family} adapter has no Gated DeltaNet layers")
+
+
+class EntryWriter(nn.Module):
+    """What one attention layer writes into its cache for a row (paper 2.1-2.2): its input
+    norm, K/V projections (and key norm) and RoPE at the row's position. ``forward`` takes the
+    layer input; ``project`` the normed input. It holds the layer's own modules, so
+    ``torch.func.functional_call`` with another layer's stacked weights runs that layer (the
+    batched fill, gpu.core.batched)."""
+
+    def __init__(self, norm: nn.Module, attn: nn.Module):
+        super().__init__()
+        self.norm, self.k_proj, self.v_proj = norm, attn.k_proj, attn.v_proj
+        self.k_norm = getattr(attn, "k_norm", None)
+        self.head_dim = attn.head_dim
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        return self.project(self.norm(x), cos, sin)
+
+    def project(self, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        shape = (*normed.shape[:-1], -1, self.head_dim)
+        k = self.k_proj(normed).view(shape).transpose(1, 2)
+        v = self.v_proj(normed).view(shape).transpose(1, 2)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        return _apply_rope(k, cos, sin), v
 
 
 def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
