@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out-dir", type=Path, default=Path("results/bench"))
     b.add_argument("--device", default=None)
     b.add_argument("--kernels", action="store_true", help="also the Numba-vs-NumPy kernels")
+    b.add_argument("--no-rows-probe", dest="rows_probe", action="store_false",
+                   help="skip the exact-row cost (sigma) arms: three fewer RidgeFill runs a round")
     b.add_argument("--random-weights", action="store_true",
                    help="the built-in architectures with random weights (timing where the model "
                         "packages are not installed)")
@@ -256,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             from .tools.bench import run
             return run(a.models, lengths=a.lengths, repeats=a.repeats, device=a.device,
                        random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir,
-                       split=a.split, tail=a.tail)
+                       split=a.split, tail=a.tail, rows_probe=a.rows_probe)
         if a.command == "eval" and a.what == "frontier":
             import torch
             from .eval.frontier import CHECKS, run

@@ -27,3 +27,27 @@ def test_noise_level_sigma_is_not_resolved():
 
 def test_no_row_counts_is_not_resolved():
     assert row_cost({"r0": [1.0]}, {0: "r0"})["resolved"] is False
+
+
+def test_bench_times_every_arm_and_reports_their_ratios():
+    """One round of the benchmark on the smollm2 shape with random weights (300 tokens): every
+    arm is timed and measured, and the reported ratios are those of the medians."""
+    import torch
+
+    from gpu.tools.bench import bench_model
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (rec,) = bench_model("smollm2-135m", [300], repeats=1, random_weights=True, split=11,
+                             tail=64, rows_probe=False)
+    finally:
+        torch.set_num_threads(before)
+    med = rec["median_seconds"]
+    assert set(med) == {"exact", "ridgefill", "ridgefill-per-layer", "pop"}
+    assert set(rec["peak_extra_bytes"]) == set(med)
+    assert rec["speedup"] == med["exact"] / med["ridgefill"]
+    assert rec["batched_fill"]["batched_over_per_layer"] == med["ridgefill-per-layer"] / med["ridgefill"]
+    assert rec["pop"]["ridgefill_over_pop"] == med["pop"] / med["ridgefill"]
+    assert rec["share_of_mac_ceiling"] == rec["speedup"] / rec["ceiling_macs"]
+    assert rec["rows_probe"]["resolved"] is False and rec["rows_probe"]["sigma_seconds"] is None

@@ -6,8 +6,9 @@ layer's own input norm, K/V projections and RoPE at the row's position. So the l
 layers that share a window and a shape are stacked: one matrix product predicts all their
 inputs (the maps' stacked weights, gpu.maps.files.MapSet.predict_stacked) and one vmapped
 writer (torch.func over the layers' stacked norm and K/V weights) turns them into keys and
-values. Rows go in chunks of at most ``ELEMENTS`` predicted values (64 MiB in fp32) to bound
-the stacked prediction's memory. The walk
+values. Rows go in chunks of at most ``ELEMENTS`` predicted values (16 MiB in fp32 on the
+CPU, 256 MiB on an accelerator, where fewer larger products pay) to bound the stacked
+prediction's memory. The walk
 (gpu.core.late.run) then only writes the computed rows' entries of each layer.
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ from .cache import read_by_someone
 if TYPE_CHECKING:
     from .late import Late
 
-ELEMENTS = 2 ** 24  # predicted values per stacked pass: (layers, rows, d) at most this many
+ELEMENTS = {"cpu": 2 ** 22}  # predicted values per stacked pass, (layers, rows, d), by device
+ELEMENTS_ACCELERATOR = 2 ** 26
 Entries = dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # layer -> (rows, k, v)
 
 # stacked writer weights per model, rebuilt when any weight changes (its version counter)
@@ -46,13 +48,15 @@ def groups(adapter: Adapter, split: int) -> list[tuple[int | None, tuple[int, ..
 
 
 @torch.inference_mode()
-def entries(ctx: "Late", elements: int = ELEMENTS) -> Entries:
+def entries(ctx: "Late", elements: int | None = None) -> Entries:
     """Every late attention layer's filled entries {layer: (rows, k, v)}, k and v of shape
     (1, Hkv, len(rows), D); in a sliding-window layer only the rows someone can read
     (``ctx.skip_unread``). Equal to gpu.core.late.filled_entries layer by layer up to float
     rounding (the same modules, batched)."""
     ad, out = ctx.adapter, {}
-    positions = torch.arange(ctx.base, ctx.base + ctx.n_new, device=ctx.x_split.device)
+    device = ctx.x_split.device
+    elements = elements or ELEMENTS.get(device.type, ELEMENTS_ACCELERATOR)
+    positions = torch.arange(ctx.base, ctx.base + ctx.n_new, device=device)
     for window, layers in groups(ad, ctx.split):
         rows = ctx.filled
         if window is not None and ctx.skip_unread:
@@ -62,18 +66,19 @@ def entries(ctx: "Late", elements: int = ELEMENTS) -> Entries:
         params = _stacked(ad, layers)
         template = ad.writer(layers[0])
         run = vmap(lambda p, x, c, s: functional_call(template, p, (x, c, s)))
-        ks, vs = [], []
         chunk = max(16, elements // (len(layers) * ctx.x_split.shape[-1]))
+        K = V = None
         for lo in range(0, rows.numel(), chunk):
             r = rows[lo:lo + chunk]
             cs = [ad.rope(ctx.x_split, positions[r][None], l) for l in layers]
             cos = torch.stack([c for c, _ in cs])                 # (layers, 1, m, rot)
             sin = torch.stack([s for _, s in cs])
             k, v = run(params, predictions(ctx, layers, r), cos, sin)  # (layers, 1, Hkv, m, D)
-            ks.append(k)
-            vs.append(v)
-        k, v = torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)
-        out.update({l: (rows, k[i], v[i]) for i, l in enumerate(layers)})
+            if K is None:
+                K = k.new_empty(*k.shape[:-2], rows.numel(), k.shape[-1])
+                V = v.new_empty(*v.shape[:-2], rows.numel(), v.shape[-1])
+            K[..., lo:lo + r.numel(), :], V[..., lo:lo + r.numel(), :] = k, v
+        out.update({l: (rows, K[i], V[i]) for i, l in enumerate(layers)})
     return out
 
 

@@ -2,9 +2,10 @@
 one process on the same prompts, against the ceilings of paper section 2.5.
 
 Per model and prompt length: one warm-up of each arm, then ``repeats`` rounds of (exact,
-RidgeFill, POP native (identity fill from L - floor(L/3), one-token tail), RidgeFill with
-2.5% / 5% / 10% random exact prefix rows) timed back to back; the median of each and the
-ratio of medians. Beside it, 1/r and the multiply-accumulate ceilings of RidgeFill and POP
+RidgeFill, RidgeFill with its filled entries written layer by layer instead of in one batched
+pass (gpu.core.batched), POP native (identity fill from L - floor(L/3), one-token tail),
+RidgeFill with 2.5% / 5% / 10% random exact prefix rows (``rows_probe``)) timed back to back;
+the median of each and the ratio of medians. Beside it, 1/r and the multiply-accumulate ceilings of RidgeFill and POP
 (rfmath.cost), the peak resident memory of each arm over its baseline, the maps' size, and the
 cost of one exact prefix row (sigma and kappa of Appendix H: the slope over the row counts,
 with its range over the repeats; "not resolved" unless every repeat's slope is positive) with
@@ -12,9 +13,11 @@ the break-even row count.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -41,7 +44,9 @@ ROW_SHARES = (0.025, 0.05, 0.10)   # exact prefix rows for the sigma / kappa mea
 
 
 class PeakMemory:
-    """Peak resident memory (CPU: RSS sampled every 2 ms; CUDA: the allocator's peak)."""
+    """Peak resident memory over the baseline (CPU: RSS sampled every 2 ms, after glibc hands
+    the memory freed by earlier arms back to the system, so that an arm is not charged or
+    credited for its predecessor's heap; CUDA: the allocator's peak)."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -57,6 +62,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats()
             self.base = torch.cuda.memory_allocated()
         else:
+            _trim()
             self.base, self.peak, self.stop = self.rss(), self.rss(), False
             self.thread = threading.Thread(target=self._poll, daemon=True)
             self.thread.start()
@@ -75,6 +81,14 @@ class PeakMemory:
             self.stop = True
             self.thread.join()
             self.extra = max(self.peak, self.rss()) - self.base
+
+
+def _trim() -> None:
+    """``malloc_trim(0)``: return freed heap pages to the system (glibc; a no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def fitted_or_shaped_maps(loaded: models.Loaded, split: int) -> tuple[MapSet, str]:
@@ -119,7 +133,8 @@ def _timed(fn, device) -> tuple[float, float]:
 
 
 def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False,
-                split: int | None = None, tail: int | None = None) -> list[dict]:
+                split: int | None = None, tail: int | None = None,
+                rows_probe: bool = True) -> list[dict]:
     loaded = (models.random_model(name, device) if random_weights
               else models.load(name, device=device))
     split0, tail0, default_lengths = SETTINGS.get(name, (round(3 * loaded.n_layers / 8), 1024,
@@ -137,10 +152,12 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     bar = tqdm(total=len(todo) * (repeats + 1), desc=f"bench {name}", unit="round")
     for n in todo:
         ids = prompt_ids(loaded, n)
-        counts = [int(share * max(n - tail, 0)) for share in ROW_SHARES]
+        counts = [int(share * max(n - tail, 0)) for share in ROW_SHARES] if rows_probe else []
         configs = {
             "exact": PrefillConfig(fill="exact"),
             "ridgefill": PrefillConfig(split=split, tail=tail, rows="none"),
+            "ridgefill-per-layer": PrefillConfig(split=split, tail=tail, rows="none",
+                                                 batched_fill=False),
             "pop": PrefillConfig(split=pop_split, tail=1, fill="identity", rows="none"),
             # random rows: the time of E exact rows whatever picks them (Appendix H)
             **{f"ridgefill+{e}rows": PrefillConfig(split=split, tail=tail, rows="random",
@@ -162,7 +179,7 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         med = {k: statistics.median(v) for k, v in times.items()}
         rows = row_cost(times, {0: "ridgefill", **{e: f"ridgefill+{e}rows" for e in counts if e}})
         late_row = med["exact"] * (L - split) / L / n     # an exact row's late-layer time
-        e_mid = counts[len(counts) // 2]
+        e_mid = counts[len(counts) // 2] if counts else 0
         rec = {
             "model": name, "weights": "random (timing only)" if loaded.tokenizer is None
             else "real", "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
@@ -175,6 +192,9 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "pop": {"split": pop_split, "tail": 1, "speedup": med["exact"] / med["pop"],
                     "ceiling_macs": speedup_ceiling(arch, n, pop_split, 1, E=0, arm="identity"),
                     "ridgefill_over_pop": med["pop"] / med["ridgefill"]},
+            "batched_fill": {"per_layer_speedup": med["exact"] / med["ridgefill-per-layer"],
+                             "batched_over_per_layer": med["ridgefill-per-layer"]
+                             / med["ridgefill"]},
             "peak_extra_bytes": {k: int(max(v)) for k, v in mem.items()},
             "rows_probe": {**rows, "kappa": rows["sigma_seconds"] / late_row
                            if rows["resolved"] else None,
@@ -221,6 +241,7 @@ def _line(r: dict) -> str:
             f"{r['median_seconds']['exact']:.2f}s RidgeFill {r['median_seconds']['ridgefill']:.2f}s "
             f"-> {r['speedup']:.2f}x (MAC ceiling {r['ceiling_macs']:.2f}x = "
             f"{100 * r['share_of_mac_ceiling']:.0f}%, 1/r {r['ceiling_one_over_r']:.2f}x); "
+            f"batched/per-layer {r['batched_fill']['batched_over_per_layer']:.2f}x; "
             f"POP {r['median_seconds']['pop']:.2f}s {pop['speedup']:.2f}x (ceiling "
             f"{pop['ceiling_macs']:.2f}x), RidgeFill/POP {pop['ridgefill_over_pop']:.2f}x; "
             f"peak +{r['peak_extra_bytes']['ridgefill'] * mb:.0f} MiB vs exact "
@@ -257,17 +278,22 @@ def plot(records: list[dict], path: Path) -> None:
 def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5,
         device: str | None = None, random_weights: bool = False, kernels: bool = False,
         out_dir: Path = Path("results/bench"), split: int | None = None,
-        tail: int | None = None) -> int:
+        tail: int | None = None, rows_probe: bool = True) -> int:
     """``ridgefill bench``: every model at its lengths (or ``lengths``), then the kernels."""
     if kernels:
         from rfmodel.bench import run_kernel_bench
         run_kernel_bench()
-    records = []
+    records, load_before = [], os.getloadavg()
     for name in models:
-        records += bench_model(name, lengths, repeats, device, random_weights, split, tail)
+        records += bench_model(name, lengths, repeats, device, random_weights, split, tail,
+                               rows_probe)
     dev = records[0]["device"].split(":")[0]
     out = Path(out_dir) / dev
-    info = {"command": "ridgefill bench " + " ".join(models), "machine": platform.platform(),
+    info = {"command": "ridgefill " + " ".join(sys.argv[1:]) if sys.argv[1:]
+            else "ridgefill bench " + " ".join(models), "machine": platform.platform(),
+            "seeds": {"prompt": "haystack seed 1 (random weights: token ids seeded with the length)",
+                      "row_arms": "rows=random seed 0"},
+            "load_average_before": load_before,
             "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
             "load_average_after": os.getloadavg(),
