@@ -16,7 +16,9 @@ float64. (The weighted update forms ``(w_t x_ti) x_tj`` in float64.) Both backen
 they differ only in summation order: ``"reference"`` calls BLAS (``X^T (w X)``), ``"numba"``
 (``rfmodel.kernels.ridge_xtx`` / ``ridge_xty``) sums each entry's rows in row order, blockwise
 cast, no temporary weighted copy. They agree to about 1e-13 relative; BLAS is faster on a
-workstation (see ``rfmodel.bench``), so it is the default.
+workstation (see ``rfmodel.bench``), so it is the default. ``"blocked"`` is the capture pass's
+fast path (``ridgefill fit``): float32 products over blocks of 256 rows summed in float64,
+within the float32 dot-product bound of the exact moments (not exact products).
 
 Every array of :meth:`RidgeMoments.state_dict` is a plain sum over rows, so summing the state
 dicts of several shards (``torch.distributed.all_reduce`` with SUM on each array) and calling
@@ -58,14 +60,37 @@ def _accumulate_numba(x: np.ndarray, ys: list[np.ndarray], w: np.ndarray | None,
         kernels.ridge_xty(xc, np.ascontiguousarray(y), ww, xty)
 
 
-BACKENDS = {"reference": _accumulate_reference, "numba": _accumulate_numba}
+BLOCK = 256  # rows per float32 product of the "blocked" backend
+
+
+def _accumulate_blocked(x: np.ndarray, ys: list[np.ndarray], w: np.ndarray | None,
+                        xtx: np.ndarray, xtys: list[np.ndarray]) -> None:
+    """Fast path of the capture pass: float32 BLAS products over blocks of ``BLOCK`` rows,
+    each block's sum added into the float64 moments. Each entry of a block's product is a
+    float32 dot product of at most BLOCK terms, within gamma_BLOCK = BLOCK u / (1 - BLOCK u)
+    (u = 2^-24) of its exact value relative to the sum of the terms' magnitudes (the classical
+    bound; tests/test_rfmodel_ridge.py checks it); only the float64 sums across blocks round
+    further. About twice the float64 path's speed on the CPU."""
+    x32 = np.asarray(x, dtype=np.float32)
+    wx = x32 if w is None else (x32 * w[:, None]).astype(np.float32)
+    y32 = [np.asarray(y, dtype=np.float32) for y in ys]
+    for lo in range(0, x32.shape[0], BLOCK):
+        b = wx[lo:lo + BLOCK].T
+        xtx += b @ x32[lo:lo + BLOCK]
+        for y, xty in zip(y32, xtys):
+            xty += b @ y[lo:lo + BLOCK]
+
+
+BACKENDS = {"reference": _accumulate_reference, "numba": _accumulate_numba,
+            "blocked": _accumulate_blocked}
 
 
 class RidgeMoments:
     """Streaming accumulator of the ridge moments of one split and many late layers (§2.2).
 
     d_in: width of the split state x_S. d_outs: ``{layer: d_out}``, the input width of each
-    late layer to fit. backend: ``"reference"`` (BLAS, default) or ``"numba"``.
+    late layer to fit. backend: ``"reference"`` (BLAS, default), ``"numba"`` or ``"blocked"``
+    (float32 block products summed in float64: the capture pass's fast path).
 
     Example::
 

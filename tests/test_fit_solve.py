@@ -73,13 +73,17 @@ def test_fit_maps_equal_closed_form_ridge_on_captured_rows():
     for l in range(S + 1, L):
         A_ref, b_ref = solve(rows[S], rows[l], LAM)
         A, b = ours[l]
-        assert np.abs(A - A_ref).max() / np.abs(A_ref).max() < 1e-9
-        assert np.abs(b - b_ref).max() / np.abs(b_ref).max() < 1e-9
+        # the capture sums float32 block products (rfmodel.ridge "blocked": within gamma_257
+        # = 1.5e-5 of the terms' magnitudes, tests/test_rfmodel_ridge.py); the solve carries
+        # that to the maps (measured 7e-6 here), far below the bf16 the file stores
+        tol = 1e-4
+        assert np.abs(A - A_ref).max() / np.abs(A_ref).max() < tol
+        assert np.abs(b - b_ref).max() / np.abs(b_ref).max() < tol
         # the file's bf16 copy is A rounded to bf16 (relative 2**-8), the bias is float32
         A16 = maps.tensors[f"layers.{l}.weight_bf16"].double().numpy()
-        assert (np.abs(A16 - A_ref) <= 2.0 ** -8 * np.abs(A_ref) + 1e-30).all()
+        assert (np.abs(A16 - A) <= 2.0 ** -8 * np.abs(A) + 1e-30).all()
         b32 = maps.tensors[f"layers.{l}.bias"].double().numpy()
-        assert np.allclose(b32, b_ref, rtol=1e-6, atol=1e-6 * np.abs(b_ref).max())
+        assert np.allclose(b32, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
     # per-layer held-out cosines are recorded and sensible (keys and values in [-1, 1])
     cos = meta["heldout"]["cosine"]
     assert sorted(int(k) for k in cos) == list(range(S + 1, L))

@@ -142,6 +142,36 @@ def test_ridge_moments_numba_matches_reference(data, weighted):
         assert np.abs(fast.state_dict()[key] - arr).max() <= 1e-12 * max(scale, 1.0)
 
 
+@settings(max_examples=40, deadline=None)
+@given(calib(max_rows=700), st.booleans())
+def test_ridge_moments_blocked_within_the_float32_bound(data, weighted):
+    """The capture pass's fast path (float32 products over blocks of BLOCK rows, summed in
+    float64) against the exact-product reference: every entry of X^T X and X^T Y within
+    gamma_(BLOCK+1) (one more rounding for the weighted rows) of the sum of its terms'
+    magnitudes, plus float64 slack. 700 rows: several blocks."""
+    from rfmodel.ridge import BLOCK
+
+    x, ys, d_outs, bounds = data
+    w = np.random.default_rng(1).uniform(0, 2, x.shape[0]) if weighted else None
+    ref = _feed(RidgeMoments(x.shape[1], d_outs, backend="reference"), x, ys, bounds, w)
+    fast = _feed(RidgeMoments(x.shape[1], d_outs, backend="blocked"), x, ys, bounds, w)
+    u = 2.0 ** -24
+    gamma = (BLOCK + 1) * u / (1 - (BLOCK + 1) * u)
+    ax = np.abs(x.astype(np.float64)) * (1 if w is None else w[:, None])
+    bound = {"xtx": gamma * ax.T @ np.abs(x.astype(np.float64))}
+    for l, y in ys.items():
+        bound[f"xty.{l}"] = gamma * ax.T @ np.abs(y.astype(np.float64))
+    got, want = fast.state_dict(), ref.state_dict()
+    for key, arr in want.items():
+        err = np.abs(got[key] - arr)
+        b = next((v for k, v in bound.items() if key.endswith(k)), None)
+        if b is None:  # sums of rows and counts: float64 in both backends
+            assert err.max(initial=0) <= 1e-12 * max(np.abs(arr).max(initial=1), 1.0), key
+        else:
+            assert (err <= b + 1e-12 * (1 + np.abs(arr))).all(), key
+    assert any(k.endswith("xtx") for k in want)  # the bounded moments are there
+
+
 def test_ridge_kernels_py_func_equal_compiled():
     """Serial, parallel and pure-Python runs of each kernel agree bitwise (each entry sums its
     rows in row order whatever the threads); catches bugs that appear only compiled."""

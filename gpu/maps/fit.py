@@ -34,6 +34,7 @@ from .files import save_maps
 from ..core.models import Loaded
 
 DEFAULT_LAMBDAS = tuple(float(x) for x in np.logspace(-4, 0, 9))
+BACKEND = "blocked"  # rfmodel.ridge: float32 block products summed in float64 (capture speed)
 
 
 @dataclass
@@ -116,7 +117,8 @@ class Checkpoint:
             state = {k: z[k] for k in z.files}
         splits = sorted({int(k.split("/")[0][1:]) for k in state if k.startswith("s")})
         moments = {s: RidgeMoments.from_state_dict(
-            {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(f"s{s}/")})
+            {k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(f"s{s}/")},
+            backend=BACKEND)
             for s in splits}
         return moments, state["unigram"], int(state["done"]), json.loads(str(state["log"]))
 
@@ -150,7 +152,8 @@ def _dist(device: torch.device):
 
 
 def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
-    """The capture pass: moments for every split, resumable, sharded under torchrun."""
+    """The capture pass: moments for every split, resumable, sharded under torchrun. Returns
+    (moments, unigram counts, log, tokens this process captured)."""
     tok, model = loaded.tokenizer, loaded.model
     engine = Engine(model)
     L, d = loaded.n_layers, model.config.get_text_config().hidden_size
@@ -159,18 +162,19 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist else (0, 1)
     mine = docs[rank::world]
     key = hashlib.sha256(json.dumps([loaded.fingerprint(), opts.splits, opts.doc_tokens,
-                                     opts.max_tokens, [x.doc_id for x in mine]]).encode()
+                                     opts.max_tokens, [x.doc_id for x in mine], BACKEND]).encode()
                          ).hexdigest()
     ckpt = Checkpoint(moments_path(opts.out, rank), key)
     resumed = ckpt.load()
     if resumed:
         moments, unigram, done, log = resumed
     else:
-        moments = {s: RidgeMoments(d, {l: d for l in range(s + 1, L)}) for s in opts.splits}
+        moments = {s: RidgeMoments(d, {l: d for l in range(s + 1, L)}, backend=BACKEND)
+                   for s in opts.splits}
         unigram = np.zeros(model.config.get_text_config().vocab_size, np.int64)
         done, log = 0, {"docs": {}, "skipped": {}}
     budget = opts.max_tokens // world
-    used = sum(log["docs"].values())
+    used = resumed_tokens = sum(log["docs"].values())
     bar = tqdm(total=budget, initial=used, unit="tok", desc=f"capture (rank {rank})",
                disable=not progress, dynamic_ncols=True)
     for i in range(done, len(mine)):
@@ -194,9 +198,10 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
             ckpt.save(moments, unigram, i + 1, log)
     bar.close()
     ckpt.save(moments, unigram, len(mine), log)
+    fresh = used - resumed_tokens  # tokens this process captured (its speed; this rank's)
     if dist:
         moments, unigram, log = _all_reduce(dist, moments, unigram, log, model.device)
-    return moments, unigram, log, ckpt
+    return moments, unigram, log, fresh
 
 
 def _all_reduce(dist, moments, unigram, log, device: torch.device):
@@ -211,7 +216,7 @@ def _all_reduce(dist, moments, unigram, log, device: torch.device):
             t = torch.from_numpy(np.array(v, dtype=np.float64).reshape(-1)).to(device)
             dist.all_reduce(t)
             state[k] = t.cpu().numpy().reshape(np.shape(v)).astype(v.dtype)
-        reduced[s] = RidgeMoments.from_state_dict(state)
+        reduced[s] = RidgeMoments.from_state_dict(state, backend=BACKEND)
     u = torch.from_numpy(unigram).clone().to(device)
     dist.all_reduce(u)
     u = u.cpu()
@@ -317,6 +322,24 @@ def terminal_state_shift(engine: Engine, captures, split: int, layer: int, A: np
     return total / count, count
 
 
+def throughput(loaded: Loaded, doc, doc_tokens: int, tokens: int, seconds: float) -> dict:
+    """Capture speed against the model's own forward (issue 21): tokens per second of the
+    capture pass (``tokens`` captured by this process in ``seconds``; 0 when all was resumed)
+    and of one plain forward
+    over the first calibration document at the capture's length, and their ratio."""
+    ids = loaded.tokenizer(doc.text, return_tensors="pt").input_ids[:, :doc_tokens]
+    ids = ids.to(loaded.model.device)
+    with torch.inference_mode():
+        t = time.perf_counter()
+        loaded.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        if ids.device.type == "cuda":
+            torch.cuda.synchronize()
+        forward = ids.shape[1] / (time.perf_counter() - t)
+    capture_tps = tokens / max(seconds, 1e-9)
+    return {"capture_tokens_per_second": capture_tps, "forward_tokens_per_second": forward,
+            "forward_tokens": int(ids.shape[1]), "capture_share_of_forward": capture_tps / forward}
+
+
 def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Path]:
     """Capture, choose lambda per split on held-out text, write one map file per split."""
     check_options(opts, loaded.n_layers)
@@ -328,8 +351,14 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
                                  "--correction)")
     fit_docs, held_docs = documents(opts)
     t0 = time.perf_counter()
-    moments, unigram, log, ckpt = accumulate(loaded, opts, fit_docs, progress)
+    moments, unigram, log, fresh = accumulate(loaded, opts, fit_docs, progress)
     capture_s = time.perf_counter() - t0
+    speed = throughput(loaded, fit_docs[0], opts.doc_tokens, fresh, capture_s)
+    if progress:
+        tqdm.write(f"capture: {speed['capture_tokens_per_second']:.0f} tok/s, "
+                   f"{100 * speed['capture_share_of_forward']:.0f}% of the model's own forward "
+                   f"({speed['forward_tokens_per_second']:.0f} tok/s at "
+                   f"{speed['forward_tokens']} tokens)")
     dist = _dist(loaded.model.device)
     if dist and dist.get_rank() != 0:
         dist.barrier()
@@ -365,8 +394,7 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
                         "cosine": {str(l): {"keys": k, "values": v} for l, (k, v) in per_layer.items()},
                         "identity_cosine": {str(l): {"keys": k, "values": v}
                                             for l, (k, v) in identity.items()}},
-            "timing": {"capture_seconds": capture_s,
-                       "capture_tokens_per_second": sum(log["docs"].values()) / max(capture_s, 1e-9),
+            "timing": {"capture_seconds": capture_s, **speed,
                        "solve_seconds_per_layer": solve_s / (len(opts.lambdas) * len(maps))},
         }
         delta_M = None
