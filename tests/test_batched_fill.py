@@ -136,3 +136,25 @@ def test_stacked_writers_follow_a_weight_change():
     again = batched._stacked(eng.adapter, layers)
     assert again is not first
     assert torch.equal(again["k_proj.weight"][0], eng.adapter.attn(S).k_proj.weight)
+
+
+def test_fill_order_auto_batches_on_accelerators_only(monkeypatch):
+    """``fill_order='auto'`` is layer by layer on the CPU; 'batched' runs the batched pass
+    there too (the engine reads the order from the configuration)."""
+    from gpu import PrefillConfig
+
+    assert not PrefillConfig().batched_on("cpu")
+    assert PrefillConfig().batched_on("cuda") and PrefillConfig(fill_order="batched").batched_on("cpu")
+    assert not PrefillConfig(fill_order="layer").batched_on("cuda")
+    model = family_model("llama")
+    L, d, vocab = _shape(model)
+    eng = Engine(model, DenseMaps(S, random_maps(S, n_layers=L, d=d, seed=3)))
+    calls = []
+    real = batched.entries
+    monkeypatch.setattr(batched, "entries", lambda ctx: calls.append(1) or real(ctx))
+    ids = _ids(vocab, seed=8)
+    auto = eng.run(ids, PrefillConfig(split=S, tail=T, rows="none"))
+    assert calls == []
+    forced = eng.run(ids, PrefillConfig(split=S, tail=T, rows="none", fill_order="batched"))
+    assert calls == [1]
+    assert torch.allclose(auto.logits, forced.logits, atol=1e-5, rtol=1e-5)

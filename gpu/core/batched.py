@@ -67,18 +67,21 @@ def entries(ctx: "Late", elements: int | None = None) -> Entries:
         template = ad.writer(layers[0])
         run = vmap(lambda p, x, c, s: functional_call(template, p, (x, c, s)))
         chunk = max(16, elements // (len(layers) * ctx.x_split.shape[-1]))
-        K = V = None
+        ks: list[torch.Tensor] = []   # one buffer per layer: the walk frees each as it goes
+        vs: list[torch.Tensor] = []
         for lo in range(0, rows.numel(), chunk):
             r = rows[lo:lo + chunk]
             cs = [ad.rope(ctx.x_split, positions[r][None], l) for l in layers]
             cos = torch.stack([c for c, _ in cs])                 # (layers, 1, m, rot)
             sin = torch.stack([s for _, s in cs])
             k, v = run(params, predictions(ctx, layers, r), cos, sin)  # (layers, 1, Hkv, m, D)
-            if K is None:
-                K = k.new_empty(*k.shape[:-2], rows.numel(), k.shape[-1])
-                V = v.new_empty(*v.shape[:-2], rows.numel(), v.shape[-1])
-            K[..., lo:lo + r.numel(), :], V[..., lo:lo + r.numel(), :] = k, v
-        out.update({l: (rows, K[i], V[i]) for i, l in enumerate(layers)})
+            if not ks:
+                ks = [k.new_empty(*k.shape[1:-2], rows.numel(), k.shape[-1]) for _ in layers]
+                vs = [v.new_empty(*v.shape[1:-2], rows.numel(), v.shape[-1]) for _ in layers]
+            for i in range(len(layers)):
+                ks[i][..., lo:lo + r.numel(), :] = k[i]
+                vs[i][..., lo:lo + r.numel(), :] = v[i]
+        out.update({l: (rows, ks[i], vs[i]) for i, l in enumerate(layers)})
     return out
 
 

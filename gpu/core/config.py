@@ -19,6 +19,7 @@ ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "rando
 DEFAULT_ROWS = "lexical"
 RESCALES = ("values", "keys")
 PRECISIONS = ("bf16", "int8")
+FILL_ORDERS = ("auto", "batched", "layer")
 # selectors that read the prompt's text (its words, pieces or question): raw ids need a tokenizer
 TEXT_ROWS = ("lexical", "protected", "probe", "combined", "attention")
 
@@ -59,9 +60,12 @@ class PrefillConfig:
     chunk: int = field(default=8192, metadata={
         "help": "rows per pass of the lower layers for longer prompts (bounds the memory that "
                 "grows with length; 0: one pass, bitwise the stock forward's lower layers)"})
-    batched_fill: bool = field(default=True, metadata={
-        "help": "write every late attention layer's filled entries in one stacked pass on "
-                "x_S before the layer walk (gpu.core.batched); off: layer by layer"})
+    fill_order: str = field(default="auto", metadata={
+        "choices": FILL_ORDERS,
+        "help": "batched: every late attention layer's filled entries in one stacked pass on "
+                "x_S before the walk (gpu.core.batched); layer: layer by layer; auto: batched "
+                "on an accelerator, layer by layer on the CPU (where `ridgefill bench` measured "
+                "no gain from batching and a higher peak)"})
 
     def __post_init__(self):
         opts = self.selector_options
@@ -75,6 +79,7 @@ class PrefillConfig:
         _choice("fill", self.fill, FILLS)
         _choice("rows", self.rows, ROWS)
         _choice("precision", self.precision, PRECISIONS)
+        _choice("fill_order", self.fill_order, FILL_ORDERS)
         if self.rescale is not None:
             _choice("rescale", self.rescale, RESCALES)
         for name in ("tail", "rescale_rows"):
@@ -114,6 +119,11 @@ class PrefillConfig:
         """True when the row selector reads the prompt's text, not only its ids."""
         return self.rows in TEXT_ROWS
 
+    def batched_on(self, device) -> bool:
+        """Whether the filled entries are written in one batched pass on ``device``."""
+        return self.fill_order == "batched" or (self.fill_order == "auto"
+                                                 and torch_device(device).type != "cpu")
+
     def replace(self, **changes) -> "PrefillConfig":
         """A copy with ``changes`` applied (and checked again)."""
         return replace(self, **changes)
@@ -142,6 +152,13 @@ class PrefillConfig:
                                  f"{n_layers}-layer model: they were fitted for another model "
                                  "or the file is incomplete; refit with `ridgefill fit`")
         return self if split == self.split else replace(self, split=split)
+
+
+def torch_device(device):
+    """``device`` as a torch.device (imported here so that the configuration loads without
+    torch until it is asked about a device)."""
+    import torch
+    return torch.device(device)
 
 
 def _choice(name: str, value, allowed: tuple) -> None:

@@ -228,7 +228,8 @@ class Engine:
                            rescale_rows=cfg.rescale_rows, splice=splice, exact_cache=exact_cache,
                            skip_unread=cfg.skip_unread, selector=selector, prompt=prompt,
                            logits_rows=logits_rows, correction=cfg.correction,
-                           keep_x_split=keep_x_split, batched=cfg.batched_fill,
+                           keep_x_split=keep_x_split,
+                           batched=cfg.batched_on(self.model.device),
                            chunk=cfg.chunk)
         pre.info["notes"] = notes
         return pre

@@ -2,8 +2,8 @@
 one process on the same prompts, against the ceilings of paper section 2.5.
 
 Per model and prompt length: one warm-up of each arm, then ``repeats`` rounds of (exact,
-RidgeFill, RidgeFill with its filled entries written layer by layer instead of in one batched
-pass (gpu.core.batched), POP native (identity fill from L - floor(L/3), one-token tail),
+RidgeFill, RidgeFill with the other fill order than the device's default (its filled entries
+in one batched pass, gpu.core.batched, or layer by layer), POP native (identity fill from L - floor(L/3), one-token tail),
 RidgeFill with 2.5% / 5% / 10% random exact prefix rows (``rows_probe``)) timed back to back;
 the median of each and the ratio of medians. Beside it, 1/r and the multiply-accumulate ceilings of RidgeFill and POP
 (rfmath.cost), the peak resident memory of each arm over its baseline, the maps' size, and the
@@ -153,11 +153,14 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     for n in todo:
         ids = prompt_ids(loaded, n)
         counts = [int(share * max(n - tail, 0)) for share in ROW_SHARES] if rows_probe else []
+        default_batched = PrefillConfig().batched_on(loaded.model.device)
+        other = "layer" if default_batched else "batched"
         configs = {
             "exact": PrefillConfig(fill="exact"),
             "ridgefill": PrefillConfig(split=split, tail=tail, rows="none"),
-            "ridgefill-per-layer": PrefillConfig(split=split, tail=tail, rows="none",
-                                                 batched_fill=False),
+            # the fill order the default does not use on this device (auto: gpu.core.config)
+            "ridgefill-other-order": PrefillConfig(split=split, tail=tail, rows="none",
+                                                   fill_order=other),
             "pop": PrefillConfig(split=pop_split, tail=1, fill="identity", rows="none"),
             # random rows: the time of E exact rows whatever picks them (Appendix H)
             **{f"ridgefill+{e}rows": PrefillConfig(split=split, tail=tail, rows="random",
@@ -192,9 +195,11 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "pop": {"split": pop_split, "tail": 1, "speedup": med["exact"] / med["pop"],
                     "ceiling_macs": speedup_ceiling(arch, n, pop_split, 1, E=0, arm="identity"),
                     "ridgefill_over_pop": med["pop"] / med["ridgefill"]},
-            "batched_fill": {"per_layer_speedup": med["exact"] / med["ridgefill-per-layer"],
-                             "batched_over_per_layer": med["ridgefill-per-layer"]
-                             / med["ridgefill"]},
+            "fill_order": {"default": "batched" if default_batched else "layer",
+                           "other_order_speedup": med["exact"] / med["ridgefill-other-order"],
+                           "batched_over_per_layer": (
+                               (med["ridgefill-other-order"] / med["ridgefill"]) if default_batched
+                               else (med["ridgefill"] / med["ridgefill-other-order"]))},
             "peak_extra_bytes": {k: int(max(v)) for k, v in mem.items()},
             "rows_probe": {**rows, "kappa": rows["sigma_seconds"] / late_row
                            if rows["resolved"] else None,
@@ -241,7 +246,8 @@ def _line(r: dict) -> str:
             f"{r['median_seconds']['exact']:.2f}s RidgeFill {r['median_seconds']['ridgefill']:.2f}s "
             f"-> {r['speedup']:.2f}x (MAC ceiling {r['ceiling_macs']:.2f}x = "
             f"{100 * r['share_of_mac_ceiling']:.0f}%, 1/r {r['ceiling_one_over_r']:.2f}x); "
-            f"batched/per-layer {r['batched_fill']['batched_over_per_layer']:.2f}x; "
+            f"batched fill {r['fill_order']['batched_over_per_layer']:.2f}x the per-layer one "
+            f"(default {r['fill_order']['default']}); "
             f"POP {r['median_seconds']['pop']:.2f}s {pop['speedup']:.2f}x (ceiling "
             f"{pop['ceiling_macs']:.2f}x), RidgeFill/POP {pop['ridgefill_over_pop']:.2f}x; "
             f"peak +{r['peak_extra_bytes']['ridgefill'] * mb:.0f} MiB vs exact "
