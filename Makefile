@@ -31,6 +31,8 @@ proofs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/ridgefill bench --kernels
+	$(BIN)/ridgefill bench --random-weights --models llama-3.2-1b qwen3-1.7b --lengths 2048 4096 \
+	  --repeats 3 --no-rows-probe --out-dir results/bench/shapes
 
 # on a CUDA machine (issue 21): the equivalence checks, then the 8B shapes and the two small
 # architectures in bf16 with random weights; everything lands in results/cuda/

@@ -38,7 +38,7 @@ from ..core.engine import Engine
 
 SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
-    "gemma3-270m": (7, 1024, (4096, 8192)),
+    "gemma3-270m": (7, 1024, (4096, 8192, 16384, 32768)),  # 32K: ~20 min a round on 2 cores
 }
 ROW_SHARES = (0.025, 0.05, 0.10)   # exact prefix rows for the sigma / kappa measurement
 
