@@ -54,15 +54,7 @@ class RidgeFill:
         config = _config(config, settings)
         self.loaded, self.maps = loaded, maps
         self.engine = Engine(loaded.model, maps)
-        self.config = config.resolve(loaded.n_layers, maps)
-        if self.config.correction and self.config.fill == "ridge" and not getattr(maps, "delta_M", None):
-            raise ValueError("correction=True needs DeltaM in the map file: refit the maps with "
-                             "`ridgefill fit --correction`")
-        if self.config.correction and not any(
-                self.engine.adapter.layer_info(l).kind == "gdn"
-                for l in range(self.config.split, loaded.n_layers)):
-            raise ValueError("correction=True applies to Gated DeltaNet layers above the split; "
-                             f"{loaded.name} has none there (use correction=False)")
+        self.config = self.engine.resolve(config)  # checked once, here, not at the first prompt
 
     @classmethod
     def load(cls, model: str, maps: str | None = None, config: PrefillConfig | None = None, *,

@@ -198,18 +198,10 @@ class Engine:
         What was adjusted (a prompt that fits the tail, a prefix too short to select from) is
         listed in ``Prefill.info["notes"]``. ``keep_x_split``: keep layer S's input in the
         result (rows made exact later without a new prefill: gpu.core.late.repair_rows)."""
-        cfg = config.resolve(self.adapter.n_layers, self.maps)
+        cfg = self.resolve(config)
         _check_ids(ids)
         n = ids.shape[1]
         notes: list[str] = []
-        if cfg.correction and cfg.fill == "ridge" and not any(
-                self.adapter.layer_info(l).kind == "gdn" for l in range(cfg.split, self.adapter.n_layers)):
-            raise ValueError("correction=True applies to Gated DeltaNet layers above the split; "
-                             "this model has none there (use correction=False)")
-        if cfg.rows == "probe" and cfg.fill == "none" and self.maps is None:
-            raise ValueError("rows='probe' sweeps the late layers over a filled cache, which "
-                             "fill='none' builds from the ridge maps: pass maps, or use "
-                             "fill='identity' or another rows selector")
         plan = None if cfg.fill == "exact" else Plan(n, cfg.split, cfg.tail, self.adapter.n_layers)
         if plan is not None and plan.n_prefix == 0:
             notes.append(f"prompt of {n} tokens fits in the tail of {cfg.tail}: ran exact")
@@ -233,6 +225,24 @@ class Engine:
                            chunk=cfg.chunk)
         pre.info["notes"] = notes
         return pre
+
+    def resolve(self, config: PrefillConfig) -> PrefillConfig:
+        """``config`` checked against this model and its maps (PrefillConfig.resolve), plus
+        what only the engine knows: a correction needs Gated DeltaNet layers above the split
+        and DeltaM in the maps; the probe with fill none needs maps to fill its sweep."""
+        cfg = config.resolve(self.adapter.n_layers, self.maps)
+        if cfg.correction and cfg.fill != "exact" and not any(
+                self.adapter.layer_info(l).kind == "gdn"
+                for l in range(cfg.split, self.adapter.n_layers)):
+            raise ValueError("correction=True applies to Gated DeltaNet layers above the "
+                             "split; this model has none there (use correction=False)")
+        if cfg.correction and cfg.fill == "ridge":
+            self._deltas(True, cfg.fill)  # DeltaM in the maps, or the error that says refit
+        if cfg.rows == "probe" and cfg.fill == "none" and self.maps is None:
+            raise ValueError("rows='probe' sweeps the late layers over a filled cache, which "
+                             "fill='none' builds from the ridge maps: pass maps, or use "
+                             "fill='identity' or another rows selector")
+        return cfg
 
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, plan: Plan | None, fill: str = "ridge", *,
