@@ -262,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "eval" and a.what == "frontier":
             import torch
             from .eval.frontier import CHECKS, run
+            from .eval.harness import stop_on_sigterm
+            stop_on_sigterm()  # a stopped frontier still writes its partial report
             if a.threads:
                 torch.set_num_threads(a.threads)
             out = a.out_dir if a.out_dir != Path("results") else Path("results/frontier")

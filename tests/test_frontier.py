@@ -115,3 +115,29 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     assert by["ridge@5/t1/splice-keys"]["vs_unspliced"]["retrieval"] is not None
     [again] = run_tiny(tiny, out, checks=[0.05])
     assert again["rows"] == s["rows"]
+
+
+def test_a_stopped_frontier_writes_its_partial_summary(tiny, tmp_path, monkeypatch):
+    """SIGTERM (SystemExit from gpu.eval.harness.stop_on_sigterm) in the middle of the needles:
+    the harness journals what it measured, and the frontier's summary says PARTIAL."""
+    import gpu.eval.harness as harness
+
+    real = harness.run_docs
+
+    def stop(*a, **k):
+        raise SystemExit(143)
+
+    monkeypatch.setattr(harness, "run_docs", stop)
+    out = tmp_path / "frontier"
+    with pytest.raises(SystemExit):
+        run_tiny(tiny, out)
+    root = out / tiny["loaded"].name
+    md = (root / "frontier.md").read_text()
+    assert "PARTIAL" in md
+    summary = json.loads((root / "frontier.json").read_text())
+    by = {r["arm"]: r for r in summary["rows"]}
+    assert summary["partial"] and by["ridge@5/t1"]["vs_pop"] is not None  # needles are in
+    assert by["ridge@5/t1"]["dnll_novel"] is None                         # documents are not
+    monkeypatch.setattr(harness, "run_docs", real)
+    [done] = run_tiny(tiny, out)  # the rerun resumes and measures the documents
+    assert {r["arm"]: r for r in done["rows"]}["ridge@5/t1"]["dnll_novel"] is not None

@@ -223,11 +223,20 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         root = out_dir / lm.name
         maps = ev.ensure_maps(lm, cfg, root, calib, progress, **(fit_kw or {}))
         texts = texts or CorpusTexts()
-        rep = ev.evaluate_model(lm, cfg, out_dir, texts, maps=maps,
-                                command=command, progress=progress, arms=arms, shard=shard,
-                                pairs=fr.pairs(arms) + fr.check_pairs(arms)
-                                + fr.component_pairs(arms),
-                                tests=fr.tests(arms))
+        try:
+            rep = ev.evaluate_model(lm, cfg, out_dir, texts, maps=maps,
+                                    command=command, progress=progress, arms=arms, shard=shard,
+                                    pairs=fr.pairs(arms) + fr.check_pairs(arms)
+                                    + fr.component_pairs(arms),
+                                    tests=fr.tests(arms))
+        except (KeyboardInterrupt, SystemExit):  # stopped: the harness wrote a partial report
+            if shard.rank == 0 and (root / "report.json").is_file():
+                partial = json.loads((root / "report.json").read_text())
+                write_summary(root, summarize(partial, fr, arms, {},
+                                              {"command": command, "seed": seed}))
+                print(f"stopped: partial frontier -> {root}/frontier.md (rerun to resume)",
+                      file=sys.stderr)
+            raise
         if rep is None:  # a rank other than 0: rank 0 merged the shares
             continue
         timing = (timed(lm, cfg, maps, arms, root, timing_units, texts, progress)

@@ -329,6 +329,13 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that a killed study records its session and writes
+    its partial report on the way out (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
 def run(what: str = "study", *, out_dir: Path = Path("results"), models_: list[str] | None = None,
         device: str | None = None, threads: int | None = None, quiet: bool = False,
         **overrides) -> int:
@@ -337,8 +344,7 @@ def run(what: str = "study", *, out_dir: Path = Path("results"), models_: list[s
     progress = not quiet
     if threads:
         torch.set_num_threads(threads)  # on a shared CPU, 1 thread is often fastest
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)  # a killed run still records its session
+    stop_on_sigterm()  # a killed run still records its session
     if what == "mini":
         out = Path(out_dir) if str(out_dir) != "results" else Path("out/eval-mini")
         rep = run_mini(out, progress, device)
