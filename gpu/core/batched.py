@@ -98,13 +98,17 @@ def predictions(ctx: "Late", layers: tuple[int, ...], rows: torch.Tensor) -> tor
 
 
 def _stacked(adapter: Adapter, layers: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """The writers' weights of ``layers`` stacked (cached per model while no weight changes)."""
+    """The writers' weights of ``layers`` stacked (cached per model while no weight changes;
+    weights made under inference mode carry no version counter and are stacked every time)."""
     writers = [adapter.writer(l) for l in layers]
-    version = tuple((p.data_ptr(), p._version) for w in writers for p in w.parameters())
+    weights = [p for w in writers for p in w.parameters()]
+    named = [dict(w.named_parameters()) for w in writers]
+    if any(p.is_inference() for p in weights):  # no version counter: never cached
+        return {k: torch.stack([n[k].detach() for n in named]) for k in named[0]}
+    version = tuple((p.data_ptr(), p._version) for p in weights)
     cache = _STACKS.setdefault(adapter.model, {})
     hit = cache.get(layers)
     if hit is None or hit[0] != version:
-        named = [dict(w.named_parameters()) for w in writers]
         params = {k: torch.stack([n[k].detach() for n in named]) for k in named[0]}
         cache[layers] = hit = (version, params)
     return hit[1]

@@ -122,7 +122,7 @@ class PrefillConfig:
     def batched_on(self, device) -> bool:
         """Whether the filled entries are written in one batched pass on ``device``."""
         return self.fill_order == "batched" or (self.fill_order == "auto"
-                                                 and torch_device(device).type != "cpu")
+                                                 and batched_by_default(device))
 
     def replace(self, **changes) -> "PrefillConfig":
         """A copy with ``changes`` applied (and checked again)."""
@@ -154,11 +154,11 @@ class PrefillConfig:
         return self if split == self.split else replace(self, split=split)
 
 
-def torch_device(device):
-    """``device`` as a torch.device (imported here so that the configuration loads without
-    torch until it is asked about a device)."""
+def batched_by_default(device) -> bool:
+    """``fill_order='auto'``: batched on an accelerator, layer by layer on the CPU (torch is
+    imported here so that the configuration loads without it)."""
     import torch
-    return torch.device(device)
+    return torch.device(device).type != "cpu"
 
 
 def _choice(name: str, value, allowed: tuple) -> None:

@@ -250,7 +250,8 @@ class Engine:
                 splice: str | None = None, exact_cache: DynamicCache | None = None,
                 skip_unread: bool = True, selector=None, prompt=None,
                 logits_rows: int | None = None, correction: bool | dict = False,
-                keep_x_split: bool = False, batched: bool = True, chunk: int = 0) -> Prefill:
+                keep_x_split: bool = False, batched: bool | None = None,
+                chunk: int = 0) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
         fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
@@ -267,7 +268,8 @@ class Engine:
         {layer: DeltaM (H_v, d_k, d_v)} gives it explicitly. Applies to the ridge fill (DeltaM
         is measured for the maps); a no-op when no row is filled into the state (exact, none).
         batched: the filled entries of all late attention layers in one stacked pass
-        (gpu.core.batched), else layer by layer (equal up to float rounding).
+        (gpu.core.batched), else layer by layer (equal up to float rounding); None: the
+        configuration's ``fill_order='auto'`` (batched on an accelerator only).
         chunk: the lower layers of a prompt longer than ``chunk`` rows run in passes of that
         many rows (Engine.lower); 0: one pass.
         """

@@ -21,6 +21,7 @@ from . import batched
 from .adapters import Adapter
 from .attention import attention_probs, masked_attention
 from .cache import exact_entries, read_by_someone
+from .config import batched_by_default
 
 Predict = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, x_S rows) -> predicted input
 # (layers, x_S rows) -> predicted inputs of those layers stacked (one product: the batched fill)
@@ -60,7 +61,7 @@ class Late:
     skip_unread: bool = True
     correction: dict | None = None
     stats: dict | None = None
-    batched: bool = True
+    batched: bool | None = None      # None: batched on an accelerator only (fill_order auto)
     predict_many: PredictMany | None = None
 
     @property
@@ -81,7 +82,8 @@ class Late:
 
 def run(ctx: Late, h: torch.Tensor) -> torch.Tensor:
     """Layers split..L-1; returns the computed rows' hidden state after the last layer."""
-    ready = (batched.entries(ctx) if ctx.batched and ctx.writes_filled and ctx.rescale is None
+    on = batched_by_default(ctx.x_split.device) if ctx.batched is None else ctx.batched
+    ready = (batched.entries(ctx) if on and ctx.writes_filled and ctx.rescale is None
              and ctx.splice is None else {})
     for layer in range(ctx.split, ctx.adapter.n_layers):
         if ctx.adapter.layer_info(layer).kind == "gdn":
