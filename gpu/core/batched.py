@@ -8,8 +8,8 @@ inputs (the maps' stacked weights, gpu.maps.files.MapSet.predict_stacked) and on
 writer (torch.func over the layers' stacked norm and K/V weights) turns them into keys and
 values. Rows go in chunks of at most ``ELEMENTS`` predicted values (16 MiB in fp32 on the
 CPU, 256 MiB on an accelerator, where fewer larger products pay) to bound the stacked
-prediction's memory. The walk
-(gpu.core.late.run) then only writes the computed rows' entries of each layer.
+prediction's memory. The walk (gpu.core.late.run) then only writes the computed rows' entries
+of each layer.
 """
 from __future__ import annotations
 
@@ -100,15 +100,17 @@ def predictions(ctx: "Late", layers: tuple[int, ...], rows: torch.Tensor) -> tor
 def _stacked(adapter: Adapter, layers: tuple[int, ...]) -> dict[str, torch.Tensor]:
     """The writers' weights of ``layers`` stacked (cached per model while no weight changes;
     weights made under inference mode carry no version counter and are stacked every time)."""
-    writers = [adapter.writer(l) for l in layers]
-    weights = [p for w in writers for p in w.parameters()]
-    named = [dict(w.named_parameters()) for w in writers]
-    if any(p.is_inference() for p in weights):  # no version counter: never cached
+    named = [dict(adapter.writer(l).named_parameters()) for l in layers]
+    weights = [p for n in named for p in n.values()]
+
+    def stack() -> dict[str, torch.Tensor]:
         return {k: torch.stack([n[k].detach() for n in named]) for k in named[0]}
+
+    if any(p.is_inference() for p in weights):  # no version counter: never cached
+        return stack()
     version = tuple((p.data_ptr(), p._version) for p in weights)
     cache = _STACKS.setdefault(adapter.model, {})
     hit = cache.get(layers)
     if hit is None or hit[0] != version:
-        params = {k: torch.stack([n[k].detach() for n in named]) for k in named[0]}
-        cache[layers] = hit = (version, params)
+        cache[layers] = hit = (version, stack())
     return hit[1]
