@@ -39,9 +39,10 @@ bench: $(STAMP)
 cuda-bench: $(STAMP)
 	$(BIN)/python -m gpu.tools.cuda_check --out results/cuda
 	$(BIN)/ridgefill bench --random-weights --device cuda --models llama-3.1-8b qwen3-8b \
-	  --lengths 8192 16384 32768 65536 --repeats 3 --no-rows-probe --out-dir results/cuda/bench-8b
+	  --lengths 8192 16384 32768 65536 --repeats 3 --no-rows-probe --compile \
+	  --out-dir results/cuda/bench-8b
 	$(BIN)/ridgefill bench --random-weights --device cuda --models smollm2-135m gemma3-270m \
-	  --lengths 4096 8192 16384 --repeats 5 --out-dir results/cuda/bench-small
+	  --lengths 4096 8192 16384 --repeats 5 --compile --out-dir results/cuda/bench-small
 
 eval: $(STAMP)
 	$(BIN)/ridgefill eval study

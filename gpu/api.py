@@ -7,7 +7,8 @@
     rf.loaded.model.generate(input_ids, cache=cache, max_new_tokens=32)   # token
 
 Settings are one :class:`gpu.core.config.PrefillConfig`; ``load`` and the constructor also take
-its fields as keywords.
+its fields as keywords, applied over the model's defaults (for a built-in model, the split,
+tail, fill and rows ``ridgefill advise`` chose: gpu.core.advised).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 
 from .core import models
 from .core import prompt as prompts
+from .core.advised import default_config
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
 from .conversation import Conversation
@@ -51,7 +53,7 @@ class RidgeFill:
 
     def __init__(self, loaded: models.Loaded, maps: MapSet | None = None,
                  config: PrefillConfig | None = None, **settings):
-        config = _config(config, settings)
+        config = _config(config, settings, loaded.name)
         self.loaded, self.maps = loaded, maps
         self.engine = Engine(loaded.model, maps)
         self.config = self.engine.resolve(config)  # checked once, here, not at the first prompt
@@ -60,8 +62,8 @@ class RidgeFill:
     def load(cls, model: str, maps: str | None = None, config: PrefillConfig | None = None, *,
              device=None, dtype: torch.dtype | None = None, **settings) -> "RidgeFill":
         """Load a built-in model or a local Hugging Face folder, and its map file."""
-        config = _config(config, settings)
         loaded = models.load(model, device=device, dtype=dtype)
+        config = _config(config, settings, loaded.name)
         mapset = None
         if maps is not None:
             mapset = load_maps(maps, loaded.model, split=config.split,
@@ -129,9 +131,10 @@ class RidgeFill:
         return Conversation(self, document, chat)
 
 
-def _config(config: PrefillConfig | None, settings: dict) -> PrefillConfig:
-    """``config``, or one built from keyword settings (not both)."""
+def _config(config: PrefillConfig | None, settings: dict, model: str) -> PrefillConfig:
+    """``config``, or ``model``'s default configuration (gpu.core.advised: the advisor's choice
+    for a built-in model) with the keyword settings applied (not both)."""
     if config is not None and settings:
         raise ValueError(f"pass either config=PrefillConfig(...) or its fields as keywords, not "
                          f"both (got config and {sorted(settings)})")
-    return config if config is not None else PrefillConfig(**settings)
+    return config if config is not None else default_config(model).replace(**settings)

@@ -11,6 +11,7 @@ from pathlib import Path
 import re
 from dataclasses import MISSING, fields
 
+from .core.advised import ADVISABLE
 from .core.config import PrefillConfig
 from .data.corpus import FetchError
 
@@ -51,27 +52,38 @@ def _option(text: str) -> tuple[str, object]:
 
 
 def _prefill_args(p: argparse.ArgumentParser) -> None:
-    """One flag per PrefillConfig field, with the field's name, default and choices."""
+    """One flag per PrefillConfig field, with the field's name, choices and (in its help) its
+    default. Flags left out stay out of the namespace, so the model's own defaults
+    (gpu.core.advised) apply to them."""
     p.add_argument("--maps", help="map file from `ridgefill fit`")
     for f in fields(PrefillConfig):
         meta, default = dict(f.metadata), f.default
         assert default is not MISSING, f.name
+        shown = "" if default is None else f" (default {default}"
+        shown += ", or the built-in model's advised value)" if f.name in ADVISABLE else (
+            ")" if shown else "")
         if isinstance(default, bool):
-            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=default,
-                           help=meta["help"])
+            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction,
+                           default=argparse.SUPPRESS, help=meta["help"])
         elif f.name == "selector_options":
-            p.add_argument(flag(f.name), nargs="+", type=_option, default=default,
+            p.add_argument(flag(f.name), nargs="+", type=_option, default=argparse.SUPPRESS,
                            metavar="KEY=VALUE", help=meta["help"])
         else:
             kind = int if "int" in str(f.type) else str
-            p.add_argument(flag(f.name), type=kind, default=default, choices=meta.get("choices"),
-                           help=meta["help"] + (f" (default {default})" if default is not None else ""))
+            p.add_argument(flag(f.name), type=kind, default=argparse.SUPPRESS,
+                           choices=meta.get("choices"), help=meta["help"] + shown)
 
 
-def config_from_args(a: argparse.Namespace) -> PrefillConfig:
-    """The PrefillConfig the parsed prefill flags describe."""
-    return PrefillConfig(**{f.name: (dict(getattr(a, f.name)) if f.name == "selector_options"
-                                     else getattr(a, f.name)) for f in fields(PrefillConfig)})
+def settings_from_args(a: argparse.Namespace) -> dict:
+    """The PrefillConfig fields the parsed prefill flags set (only those given)."""
+    return {f.name: (dict(getattr(a, f.name)) if f.name == "selector_options"
+                     else getattr(a, f.name)) for f in fields(PrefillConfig) if hasattr(a, f.name)}
+
+
+def config_from_args(a: argparse.Namespace, base: PrefillConfig | None = None) -> PrefillConfig:
+    """The PrefillConfig the parsed prefill flags describe: ``base`` (default: the library's
+    defaults) with the flags given."""
+    return (base or PrefillConfig()).replace(**settings_from_args(a))
 
 
 def _flags_named(message: str) -> str:
@@ -89,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fit", help="fit ridge maps for one or more splits (paper 2.2)")
     _model_args(f)
-    f.add_argument("--splits", type=int, nargs="+", required=True)
+    f.add_argument("--splits", type=int, nargs="+",
+                   help="split layers to fit (default: the built-in model's advised split, "
+                        "gpu.core.advised; else 3/8 of depth)")
     f.add_argument("--calib", default="builtin", help="'builtin' or a folder of .txt/.md files")
     f.add_argument("--lambdas", type=float, nargs="+", help="lambda grid (default 1e-4 .. 1)")
     f.add_argument("--max-tokens", type=int, default=40_000, help="calibration tokens in all")
@@ -127,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--kernels", action="store_true", help="also the Numba-vs-NumPy kernels")
     b.add_argument("--no-rows-probe", dest="rows_probe", action="store_false",
                    help="skip the exact-row cost (sigma) arms: three fewer RidgeFill runs a round")
+    b.add_argument("--compile", action="store_true",
+                   help="also time RidgeFill with the late walk under torch.compile "
+                        "(gpu.core.compiled; its warm-up pays the compilation)")
     b.add_argument("--random-weights", action="store_true",
                    help="the built-in architectures with random weights (timing where the model "
                         "packages are not installed)")
@@ -192,12 +209,14 @@ def _cmd_advise(a) -> int:
 
 def _cmd_fit(a) -> int:
     from .core import models
+    from .core.advised import default_split
     from .maps.fit import DEFAULT_LAMBDAS, FitOptions, check_options, fit, rank_device
 
-    opts = FitOptions(a.splits, a.out, a.calib, tuple(a.lambdas or DEFAULT_LAMBDAS),
+    loaded = models.load(a.model, device=rank_device(a.device), dtype=_dtype(a.dtype))
+    splits = a.splits or [default_split(loaded.name, loaded.n_layers)]
+    opts = FitOptions(splits, a.out, a.calib, tuple(a.lambdas or DEFAULT_LAMBDAS),
                       a.max_tokens, a.doc_tokens)
     opts.correction = a.correction
-    loaded = models.load(a.model, device=rank_device(a.device), dtype=_dtype(a.dtype))
     check_options(opts, loaded.n_layers)
     for split, path in fit(loaded, opts).items():
         meta = json.loads(path.with_suffix(".json").read_text())
@@ -221,8 +240,8 @@ def _read_prompt(a) -> str:
 def _cmd_generate(a) -> int:
     from .api import RidgeFill
 
-    rf = RidgeFill.load(a.model, a.maps, config_from_args(a), device=a.device,
-                        dtype=_dtype(a.dtype))
+    rf = RidgeFill.load(a.model, a.maps, device=a.device, dtype=_dtype(a.dtype),
+                        **settings_from_args(a))
     r = rf.generate(_read_prompt(a), a.question, chat=a.chat, max_new_tokens=a.max_new_tokens,
                     answer_prefix=a.answer_prefix)
     r.notes = [_flags_named(n) for n in r.notes]
@@ -258,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             from .tools.bench import run
             return run(a.models, lengths=a.lengths, repeats=a.repeats, device=a.device,
                        random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir,
-                       split=a.split, tail=a.tail, rows_probe=a.rows_probe)
+                       split=a.split, tail=a.tail, rows_probe=a.rows_probe, compile=a.compile)
         if a.command == "eval" and a.what == "frontier":
             import torch
             from .eval.frontier import CHECKS, run

@@ -53,3 +53,24 @@ def test_bench_times_every_arm_and_reports_their_ratios():
     assert rec["pop"]["ridgefill_over_pop"] == med["pop"] / med["ridgefill"]
     assert rec["share_of_mac_ceiling"] == rec["speedup"] / rec["ceiling_macs"]
     assert rec["rows_probe"]["resolved"] is False and rec["rows_probe"]["sigma_seconds"] is None
+
+
+@pytest.mark.slow
+def test_bench_times_the_compiled_walk_beside_the_eager_one():
+    """``--compile`` adds the torch.compile arm (gpu.core.compiled), warmed up untimed, and
+    reports its ratios from the medians (split 28 of 30: two late layers to compile)."""
+    import torch
+
+    from gpu.tools.bench import bench_model
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (rec,) = bench_model("smollm2-135m", [200], repeats=1, random_weights=True, split=28,
+                             tail=32, rows_probe=False, compile=True)
+    finally:
+        torch.set_num_threads(before)
+    med = rec["median_seconds"]
+    assert "ridgefill-compiled" in med and "ridgefill-compiled" in rec["peak_extra_bytes"]
+    assert rec["compiled"] == {"speedup": med["exact"] / med["ridgefill-compiled"],
+                               "over_eager": med["ridgefill"] / med["ridgefill-compiled"]}

@@ -66,6 +66,9 @@ class PrefillConfig:
                 "x_S before the walk (gpu.core.batched); layer: layer by layer; auto: batched "
                 "on an accelerator, layer by layer on the CPU (where `ridgefill bench` measured "
                 "no gain from batching and a higher peak)"})
+    compile: bool = field(default=False, metadata={
+        "help": "run the late layers' dense work (norms, projections, RoPE, MLP) under "
+                "torch.compile (gpu.core.compiled); the first prompt pays the compilation"})
 
     def __post_init__(self):
         opts = self.selector_options

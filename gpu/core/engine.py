@@ -25,6 +25,7 @@ from transformers import DynamicCache
 from . import late, select
 from .adapters import Adapter, for_model
 from .cache import as_stock, layer_input, layer_inputs
+from .compiled import compiled as compiled_adapter
 from .config import FILLS, PrefillConfig
 from .plan import Plan
 
@@ -222,7 +223,7 @@ class Engine:
                            logits_rows=logits_rows, correction=cfg.correction,
                            keep_x_split=keep_x_split,
                            batched=cfg.batched_on(self.model.device),
-                           chunk=cfg.chunk)
+                           chunk=cfg.chunk, compiled=cfg.compile)
         pre.info["notes"] = notes
         return pre
 
@@ -251,7 +252,7 @@ class Engine:
                 skip_unread: bool = True, selector=None, prompt=None,
                 logits_rows: int | None = None, correction: bool | dict = False,
                 keep_x_split: bool = False, batched: bool | None = None,
-                chunk: int = 0) -> Prefill:
+                chunk: int = 0, compiled: bool = False) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
         fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
@@ -272,6 +273,8 @@ class Engine:
         configuration's ``fill_order='auto'`` (batched on an accelerator only).
         chunk: the lower layers of a prompt longer than ``chunk`` rows run in passes of that
         many rows (Engine.lower); 0: one pass.
+        compiled: the late walk's dense per-layer work under torch.compile
+        (gpu.core.compiled; equal up to float rounding).
         """
         if fill not in FILLS:
             raise ValueError(f"fill={fill!r}: choose one of {FILLS}")
@@ -310,7 +313,8 @@ class Engine:
         computed = torch.as_tensor(plan.computed, device=ids.device)
         filled = torch.as_tensor(plan.filled, device=ids.device)
         stats: dict = {}
-        ctx = late.Late(self.adapter, self.predict_input, plan.split, x_split, computed, filled, cache,
+        adapter = compiled_adapter(self.adapter) if compiled else self.adapter
+        ctx = late.Late(adapter, self.predict_input, plan.split, x_split, computed, filled, cache,
                         fill if fill in ("ridge", "identity") else None,
                         tail_start=plan.n_prefix, rescale=rescale, rescale_rows=rescale_rows,
                         splice=splice, exact_cache=exact_cache, skip_unread=skip_unread,

@@ -134,7 +134,7 @@ def _timed(fn, device) -> tuple[float, float]:
 
 def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False,
                 split: int | None = None, tail: int | None = None,
-                rows_probe: bool = True) -> list[dict]:
+                rows_probe: bool = True, compile: bool = False) -> list[dict]:
     loaded = (models.random_model(name, device) if random_weights
               else models.load(name, device=device))
     split0, tail0, default_lengths = SETTINGS.get(name, (round(3 * loaded.n_layers / 8), 1024,
@@ -162,6 +162,9 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "ridgefill-other-order": PrefillConfig(split=split, tail=tail, rows="none",
                                                    fill_order=other),
             "pop": PrefillConfig(split=pop_split, tail=1, fill="identity", rows="none"),
+            # the late walk under torch.compile (gpu.core.compiled); warm-up pays compilation
+            **({"ridgefill-compiled": PrefillConfig(split=split, tail=tail, rows="none",
+                                                    compile=True)} if compile else {}),
             # random rows: the time of E exact rows whatever picks them (Appendix H)
             **{f"ridgefill+{e}rows": PrefillConfig(split=split, tail=tail, rows="random",
                                                    selector_options={"count": e, "seed": 0})
@@ -200,6 +203,9 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                            "batched_over_per_layer": (
                                (med["ridgefill-other-order"] / med["ridgefill"]) if default_batched
                                else (med["ridgefill"] / med["ridgefill-other-order"]))},
+            "compiled": {"speedup": med["exact"] / med["ridgefill-compiled"],
+                         "over_eager": med["ridgefill"] / med["ridgefill-compiled"]}
+            if compile else None,
             "peak_extra_bytes": {k: int(max(v)) for k, v in mem.items()},
             "rows_probe": {**rows, "kappa": rows["sigma_seconds"] / late_row
                            if rows["resolved"] else None,
@@ -284,7 +290,7 @@ def plot(records: list[dict], path: Path) -> None:
 def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5,
         device: str | None = None, random_weights: bool = False, kernels: bool = False,
         out_dir: Path = Path("results/bench"), split: int | None = None,
-        tail: int | None = None, rows_probe: bool = True) -> int:
+        tail: int | None = None, rows_probe: bool = True, compile: bool = False) -> int:
     """``ridgefill bench``: every model at its lengths (or ``lengths``), then the kernels."""
     if kernels:
         from rfmodel.bench import run_kernel_bench
@@ -292,7 +298,7 @@ def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5
     records, load_before = [], os.getloadavg()
     for name in models:
         records += bench_model(name, lengths, repeats, device, random_weights, split, tail,
-                               rows_probe)
+                               rows_probe, compile)
     dev = records[0]["device"].split(":")[0]
     out = Path(out_dir) / dev
     info = {"command": "ridgefill " + " ".join(sys.argv[1:]) if sys.argv[1:]

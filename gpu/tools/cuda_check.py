@@ -64,6 +64,9 @@ def check_family(name: str, device: str, dtype: torch.dtype, n: int = 48, split:
         noskip = eng.prefill(ids, plan, "identity", skip_unread=False)
         tok_skip = eng.decode(skip, 6)
         tok_noskip = eng.decode(noskip, 6)
+        layered = eng.prefill(ids, plan, "ridge", batched=False).logits
+        stacked = eng.prefill(ids, plan, "ridge", batched=True).logits
+        compiled = eng.prefill(ids, plan, "ridge", compiled=True).logits
     return {
         "family": name, "device": device, "dtype": str(dtype),
         "fill_off_bitwise": bool(torch.equal(off, ref)),
@@ -71,6 +74,8 @@ def check_family(name: str, device: str, dtype: torch.dtype, n: int = 48, split:
         "identity_equals_ridge_A_eye_bitwise": bool(torch.equal(ident, ridge_eye)),
         "sliding_skip_max_abs": float((skip.logits - noskip.logits).abs().max()),
         "sliding_skip_same_decode": tok_skip == tok_noskip,
+        "batched_fill_max_abs": float((stacked - layered).abs().max()),
+        "compiled_walk_max_abs": float((compiled - ridge_eye).abs().max()),
     }
 
 

