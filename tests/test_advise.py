@@ -30,7 +30,7 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     printed = capsys.readouterr().out
     advice = json.loads((out / "tiny-llama" / "advice.json").read_text())
     assert (out / "tiny-llama" / "advice.png").is_file()
-    assert advice["fill_off_bitwise_exact"] is True
+    assert advice["fill_off_bitwise_exact"] is True and advice["complete"] is True
     rec = advice["recommendation"]
     assert rec["keeps_budget"] and rec["budget"] == {"retrieval": 100.0, "key": 9.0}
     cheapest = min(r["macs_share"] for r in advice["frontier"] if r["arm"] != "exact")

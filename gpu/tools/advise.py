@@ -19,6 +19,7 @@ Writes ``<out>/<model>/advice.json`` and ``advice.png`` beside the frontier's fi
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -112,6 +113,14 @@ def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: st
             "keeps_budget": keeps(row, budget)}
 
 
+def measured_all(report_path: Path) -> bool:
+    """Whether the frontier measured every record it planned (the frontier's own "partial"
+    flag also counts samples below the full study's size, which the advisor never aims at)."""
+    rep = json.loads(report_path.read_text())
+    want = rep["meta"].get("expected", {})
+    return bool(want) and all(rep["counts"].get(k, 0) >= v for k, v in want.items())
+
+
 def recommend(summary: dict, budget: dict) -> dict:
     """The rule, stated before any number: a configuration keeps the budget when its
     retrieval is at most ``budget['retrieval']`` points below exact (point estimate of the
@@ -171,17 +180,21 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
                              progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
                              calib=calib, **grid)
     rec = recommend(summary, budget)
+    complete = measured_all(out_dir / lm.name / "report.json")
     fresh = (verify(lm, rec["arm"], budget, grid, out_dir, calib, fit_kw, progress)
              if check and rec["keeps_budget"] else None)
     advice = {"model": lm.name, "lengths": lengths, "calib": calib, "texts": texts.name,
               "seed": seed, "command": "ridgefill " + " ".join(sys.argv[1:]),
               "fill_off_bitwise_exact": exact_ok, "recommendation": rec, "fresh_check": fresh,
-              "partial": summary["partial"], "frontier": summary["rows"],
+              "complete": complete, "study_size_notes": summary["partial_reasons"],
+              "frontier": summary["rows"],
               "samples": summary["samples"], "documents": summary["documents"]}
     root = out_dir / lm.name
     write_json(root / "advice.json", advice)
     plot(summary, root / "advice.png")
     print(table(summary))
+    if not complete:
+        print("the run stopped before every record was measured: rerun the command to resume")
     print(f"\nbudget: retrieval within {budget['retrieval']:g} points of exact, key-token dNLL "
           f"<= {budget['key']:g} nats; fill off reproduces exact bitwise: {exact_ok}")
     if rec["keeps_budget"]:

@@ -21,13 +21,12 @@ from ..data import corpus
 from ..core import models
 from ..eval import tasks
 from ..api import RidgeFill
+from ..core.advised import default_config, default_split
 from ..core.config import PrefillConfig
 from ..core.archspec import arch_of
 from ..maps.files import load_maps
 
 LENGTH = 2048
-TAIL = 512
-ROWS = "lexical"
 REQUESTS = 5        # timed requests per arm, alternating, after one untimed warm-up each
 ANSWER_TOKENS = 24
 
@@ -102,10 +101,11 @@ def run(model: str = "smollm2-135m", device: str | None = None,
     to first token of each arm is reported."""
     out = Path(out_dir)
     loaded = models.load(model, device=device)
-    split = round(3 * loaded.n_layers / 8)
-    maps = load_maps(maps_for(loaded, split), loaded.model, split=split)
+    split = default_split(loaded.name, loaded.n_layers)   # the advised configuration
+    cfg = default_config(loaded.name).replace(split=split)
+    maps = load_maps(maps_for(loaded, split), loaded.model, split=split) if cfg.needs_maps else None
     exact = RidgeFill(loaded, None, PrefillConfig(fill="exact"))
-    rf = RidgeFill(loaded, maps, PrefillConfig(split=split, tail=TAIL, rows=ROWS))
+    rf = RidgeFill(loaded, maps, cfg)
     sample, p = needle_prompt(rf, LENGTH)
     runners = {"exact": exact, "ridgefill": rf}
 
@@ -127,14 +127,15 @@ def run(model: str = "smollm2-135m", device: str | None = None,
     rows = pre.plan.exact_rows
     counts = pre.plan.counts()
     arch = arch_of(loaded.model.config)
-    ceilings = {"one_over_r": 1 / exact_share(split, loaded.n_layers, TAIL, p.n),
-                "macs": speedup_ceiling(arch, p.n, split, TAIL, E=len(rows), arm="ridgefill")}
+    ceilings = {"one_over_r": 1 / exact_share(split, loaded.n_layers, cfg.tail, p.n),
+                "macs": speedup_ceiling(arch, p.n, split, cfg.tail, E=len(rows),
+                                        arm="ridgefill" if cfg.fill == "ridge" else cfg.fill)}
     speedup = med["exact"] / med["ridgefill"]
     ex, rr = results["exact"], results["ridgefill"]
     expected = sample.expected[0]
     print()
-    print(f"model {loaded.name} ({loaded.n_layers} layers), split {split}, tail {TAIL}, "
-          f"rows {ROWS}; needle {expected!r} at token {_needle_row(sample, p)} of {p.n}")
+    print(f"model {loaded.name} ({loaded.n_layers} layers), split {split}, tail {cfg.tail}, "
+          f"fill {cfg.fill}, rows {cfg.rows}; needle {expected!r} at token {_needle_row(sample, p)} of {p.n}")
     print(f"exact answer:     {_one_line(ex.text)}")
     print(f"RidgeFill answer: {_one_line(rr.text)}")
     print(f"{'':22}{'exact':>28}  {'RidgeFill':>28}")
@@ -147,8 +148,8 @@ def run(model: str = "smollm2-135m", device: str | None = None,
           f"ceilings: multiply-accumulate {ceilings['macs']:.2f}x, 1/r "
           f"{ceilings['one_over_r']:.2f}x)")
     png = plot(out, counts, p.n, rows, speedup, ceilings)
-    write_json(out / "demo.json", {"model": loaded.name, "split": split, "tail": TAIL,
-                                   "rows": ROWS, "expected": expected, "speedup": speedup,
+    write_json(out / "demo.json", {"model": loaded.name, "split": split, "tail": cfg.tail,
+                                   "fill": cfg.fill, "rows": cfg.rows, "expected": expected, "speedup": speedup,
                                    "requests": requests, "ttft_seconds": ttft,
                                    "ceilings": ceilings, "counts": counts,
                                    "exact": ex.to_dict(), "ridgefill": rr.to_dict()})

@@ -1,0 +1,92 @@
+"""The built-in models' defaults (gpu.core.advised) against the advisor's committed output, and
+where they apply: RidgeFill.load / the constructor, ``ridgefill generate`` and ``ridgefill
+fit``. Oracle for the table: gpu.tools.advise.recommend run again on the committed frontier
+(results/advise/<model>/advice.json)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu import cli
+from gpu.api import RidgeFill
+from gpu.core import advised, models
+from gpu.core.config import PrefillConfig
+from gpu.tools.advise import BUDGET, recommend
+from gpu_fixtures import DenseMaps, load_tiny, random_maps
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "advise"
+
+
+def _maps(loaded, split: int):
+    d = loaded.model.config.hidden_size
+    return DenseMaps(split, random_maps(split, n_layers=loaded.n_layers, d=d, seed=1))
+
+
+def _advice(model: str) -> dict:
+    return json.loads((RESULTS / model / "advice.json").read_text())
+
+
+def test_every_committed_advice_of_a_builtin_model_is_its_default():
+    committed = {p.parent.name for p in RESULTS.glob("*/advice.json")} & set(models.BUILTINS)
+    assert committed == set(advised.ADVISED) != set()
+
+
+@pytest.mark.parametrize("model", sorted(advised.ADVISED))
+def test_the_table_is_the_rule_applied_to_the_committed_frontier(model):
+    advice = _advice(model)
+    assert advice["model"] == model and advice["complete"]
+    rec = advice["recommendation"]
+    assert rec["budget"] == BUDGET  # the advisor's default budget, as the module states
+    again = recommend({"rows": advice["frontier"]}, BUDGET)
+    assert again["arm"] == rec["arm"]
+    expected = ({"fill": "exact"} if not again["keeps_budget"] else
+                {k: v for k, v in again["config"].items() if k in advised.ADVISABLE})
+    assert advised.ADVISED[model] == expected
+    if again["keeps_budget"]:  # the promise was checked on samples the advisor never saw
+        assert advice["fresh_check"]["arm"] == rec["arm"]
+
+
+def test_defaults_apply_under_what_the_caller_gives(monkeypatch):
+    tiny = load_tiny("llama")
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {"split": 2, "tail": 7, "fill": "identity",
+                                                     "rows": "none"})
+    rf = RidgeFill(tiny)
+    assert (rf.config.split, rf.config.tail, rf.config.fill, rf.config.rows) == (2, 7, "identity",
+                                                                                 "none")
+    assert RidgeFill(tiny, tail=3).config.tail == 3 and RidgeFill(tiny, tail=3).config.split == 2
+    explicit = PrefillConfig(split=1, fill="identity")
+    assert RidgeFill(tiny, config=explicit).config == explicit  # a whole config is taken as is
+    assert advised.default_split(tiny.name, tiny.n_layers) == 2
+    # the advised bundle keeps its split for a ridge fill too: maps fitted at another split
+    # are refused by name (fit at the advised split, or pass split=)
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {"split": 2, "tail": 7, "fill": "ridge"})
+    assert advised.default_config(tiny.name) == PrefillConfig(split=2, tail=7, fill="ridge")
+    with pytest.raises(ValueError, match="maps were fitted for split 1, the configuration asks "
+                                         "for split 2"):
+        RidgeFill(tiny, _maps(tiny, split=1))
+    assert RidgeFill(tiny, _maps(tiny, split=1), split=1).config.tail == 7
+
+
+def test_unlisted_models_get_the_library_defaults():
+    assert advised.default_config("some/local-folder") == PrefillConfig()
+    assert advised.default_split("some/local-folder", 30) == 11  # 3/8 of depth (paper 2.1)
+    assert advised.default_split("some/local-folder", 2) == 1
+
+
+def test_generate_applies_only_the_flags_given(monkeypatch, capsys):
+    tiny = load_tiny("llama")
+    seen = {}
+
+    def fake_generate(self, body, question="", **kw):
+        seen["config"] = self.config
+        raise SystemExit(0)
+
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {"split": 2, "tail": 7, "fill": "identity",
+                                                     "rows": "none"})
+    monkeypatch.setattr(RidgeFill, "generate", fake_generate)
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--model", str(tiny.path), "--device", "cpu", "--prompt", "abc",
+                  "--tail", "5"])
+    assert seen["config"] == PrefillConfig(split=2, tail=5, fill="identity", rows="none")
