@@ -115,7 +115,8 @@ def summarize(rep: dict, fr, arms: list[Arm], timing: dict, meta: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- writing
-def _iv(iv, spec: str = "+.1f") -> str:
+def interval(iv, spec: str = "+.1f") -> str:
+    """``estimate [low, high]`` of a paired interval, or "-" when there is none."""
     if not iv or iv.get("low") is None:
         return "-"
     return f"{iv['estimate']:{spec}} [{iv['low']:{spec}}, {iv['high']:{spec}}]"
@@ -142,8 +143,8 @@ def markdown(s: dict) -> str:
           f"`{t['a']}` - `{t['b']}`: non-inferiority on filled-region retrieval at a "
           f"{t['margin']:g}-point margin is **{t['status']}** (one-sided 95% bound "
           f"{_n(ni.get('bound'), '+.1f')} points = min(bootstrap {_n(ni.get('bootstrap_bound'), '+.1f')}, "
-          f"binomial floor {_n(ni.get('floor'), '+.1f')}); retrieval {_iv(t['retrieval'])} points, "
-          f"novel-token dNLL {_iv(t['novel'], '+.3f')}, key-token dNLL {_iv(t['key'], '+.3f')} "
+          f"binomial floor {_n(ni.get('floor'), '+.1f')}); retrieval {interval(t['retrieval'])} points, "
+          f"novel-token dNLL {interval(t['novel'], '+.3f')}, key-token dNLL {interval(t['key'], '+.3f')} "
           f"nats; MAC share {_n(t['macs_share'], '.3f')} vs POP's {_n(t['pop_macs_share'], '.3f')}.",
           "", "## At no more cost than POP native", "",
           "Rule (stated in gpu/eval/frontier_report.py before any number): MAC share <= POP "
@@ -162,10 +163,10 @@ def markdown(s: dict) -> str:
               else "-")
         nip = r["noninferior_pop"]
         L.append(f"| `{r['arm']}` | {_n(r['macs_share'], '.3f')} | {sp} | {_n(r['retrieval'])} | "
-                 f"{_iv(r['vs_exact'])} | {_iv(r['vs_pop'])} | "
+                 f"{interval(r['vs_exact'])} | {interval(r['vs_pop'])} | "
                  f"{'-' if not nip else ('pass ' if nip['passed'] else 'fail ') + _n(nip['bound'], '+.1f')} | "
-                 f"{_iv(r['dnll_novel'], '+.3f')} | {_iv(r['dnll_key'], '+.3f')} | "
-                 f"{_iv(r['key_vs_pop'], '+.3f')} | {_n(r['agreement'], '.2f')} |")
+                 f"{interval(r['dnll_novel'], '+.3f')} | {interval(r['dnll_key'], '+.3f')} | "
+                 f"{interval(r['key_vs_pop'], '+.3f')} | {_n(r['agreement'], '.2f')} |")
     spliced = [r for r in s["rows"] if r["splice"]]
     if spliced:
         L += ["", f"## Which component carries the error of `{t['a']}` (paper 6.6)", "",
@@ -175,8 +176,8 @@ def markdown(s: dict) -> str:
               "unspliced |", "|---|---|---|---|---|"]
         for r in spliced:
             c = r["vs_unspliced"] or {}
-            L.append(f"| exact {r['splice']} | {_n(r['retrieval'])} | {_iv(c.get('retrieval'))} | "
-                     f"{_iv(c.get('dnll_novel'), '+.3f')} | {_iv(c.get('dnll_key'), '+.3f')} |")
+            L.append(f"| exact {r['splice']} | {_n(r['retrieval'])} | {interval(c.get('retrieval'))} | "
+                     f"{interval(c.get('dnll_novel'), '+.3f')} | {interval(c.get('dnll_key'), '+.3f')} |")
     checks = [r for r in s["rows"] if r["check"] is not None]
     if checks:
         L += ["", "## Decode-time check (paper Appendix I.4) against the default rows", "",
@@ -185,8 +186,8 @@ def markdown(s: dict) -> str:
               "|---|---|---|---|---|---|---|---|"]
         for r in checks:
             cn, cd, vs = r["check_needles"] or {}, r["check_docs"] or {}, r["vs_default_rows"] or {}
-            L.append(f"| `{r['arm']}` | {_n(r['retrieval'])} | {_iv(vs.get('retrieval'))} | "
-                     f"{_iv(vs.get('dnll_key'), '+.3f')} | {_n(cn.get('repairs'), '.2f')} | "
+            L.append(f"| `{r['arm']}` | {_n(r['retrieval'])} | {interval(vs.get('retrieval'))} | "
+                     f"{interval(vs.get('dnll_key'), '+.3f')} | {_n(cn.get('repairs'), '.2f')} | "
                      f"{_n(cn.get('rows_repaired'), '.1f')} | {_n(cn.get('overhead'), '+.0%')} | "
                      f"{_n(cd.get('repairs'), '.2f')} |")
     L += ["", "Intervals: paired 95% bootstrap (within task for retrieval, within domain for "

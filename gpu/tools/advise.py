@@ -33,7 +33,7 @@ from ..core.config import PrefillConfig
 from ..core.engine import Engine
 from ..data import corpus
 from ..eval import frontier
-from ..eval.frontier_report import plot
+from ..eval.frontier_report import interval, plot
 from ..eval.harness import ensure_maps, evaluate_model
 from ..eval.instruments import Arm
 from ..eval.units import CorpusTexts
@@ -205,5 +205,7 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
         print(f"recommended: exact prefill ({rec['why']}) -> {root}/advice.json")
     if fresh is not None:
         print(f"rerun on {fresh['samples']} needle samples and {fresh['documents']} documents it "
-              f"never saw (seed {fresh['seed']}): keeps the budget: {fresh['keeps_budget']}")
+              f"never saw (seed {fresh['seed']}): retrieval {interval(fresh['vs_exact'])} points "
+              f"vs exact, key-token dNLL {interval(fresh['dnll_key'], '+.3f')} nats; keeps the "
+              f"budget: {fresh['keeps_budget']}")
     return advice
