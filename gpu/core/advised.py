@@ -23,6 +23,10 @@ ADVISED: dict[str, dict] = {
     # `ridgefill advise --model smollm2-135m --threads 2` (seed 0; 16 needle samples at 2K/4K,
     # 4 held-out documents): ridge@20/t1, MAC share 0.702
     "smollm2-135m": {"split": 20, "tail": 1, "fill": "ridge", "rows": "none"},
+    # `ridgefill advise --model gemma3-270m --threads 2` (same sizes): POP native's own
+    # configuration, identity fill from split 12 with a one-token tail, MAC share 0.683; the
+    # ridge fill at that split and tail keeps the budget too but costs 0.703
+    "gemma3-270m": {"split": 12, "tail": 1, "fill": "identity", "rows": "none"},
 }
 
 

@@ -156,7 +156,8 @@ def run(model: str = "smollm2-135m", device: str | None = None,
     print(f"wrote {png} and {out / 'demo.json'}")
     print("\nGo further:")
     print(f"  ridgefill fit --model {loaded.name} --splits 15 --out maps-s15.safetensors")
-    print(f"  ridgefill generate --model {loaded.name} --maps maps-s15.safetensors --tail 512 "
+    print(f"  ridgefill generate --model {loaded.name} --maps maps-s15.safetensors --split 15 "
+          "--tail 512 "
           "--rows probe --chat --prompt-file doc.txt --question '...'")
     print("  make eval     # needles, long-document loss, agreement, controls (hours)")
     print("  make bench    # time to first token, exact vs RidgeFill, against the ceilings")
