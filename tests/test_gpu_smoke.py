@@ -13,6 +13,7 @@ from gpu.data import corpus
 from gpu.core import models
 from gpu.eval import tasks
 from gpu.api import RidgeFill
+from gpu.core.config import PrefillConfig
 from gpu.maps.fit import FitOptions, fit
 from gpu.maps.files import load_maps
 
@@ -38,7 +39,8 @@ def test_smollm2_fit_and_filled_region_needle(smol, tmp_path):
     assert fitted > identity + 0.03 and fitted > 0.9, (fitted, identity)
 
     maps = load_maps(out, fingerprint=smol.fingerprint(), split=11)
-    rf = RidgeFill(smol, maps, tail=128)              # default exact rows (--rows default)
+    # a whole config: the library's defaults (lexical rows), not smollm2's advised bundle
+    rf = RidgeFill(smol, maps, config=PrefillConfig(split=11, tail=128))
     hay = corpus.haystack_text(8000, seed=3)
     for index in range(20):
         s = tasks.make_sample("niah_single_1", 700, 3, hay, smol.tokenizer, index=index,
