@@ -59,9 +59,8 @@ def _prefill_args(p: argparse.ArgumentParser) -> None:
     for f in fields(PrefillConfig):
         meta, default = dict(f.metadata), f.default
         assert default is not MISSING, f.name
-        shown = "" if default is None else f" (default {default}"
-        shown += ", or the built-in model's advised value)" if f.name in ADVISABLE else (
-            ")" if shown else "")
+        advised = ", or the built-in model's advised value" if f.name in ADVISABLE else ""
+        shown = "" if default is None else f" (default {default}{advised})"
         if isinstance(default, bool):
             p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction,
                            default=argparse.SUPPRESS, help=meta["help"])
@@ -78,12 +77,6 @@ def settings_from_args(a: argparse.Namespace) -> dict:
     """The PrefillConfig fields the parsed prefill flags set (only those given)."""
     return {f.name: (dict(getattr(a, f.name)) if f.name == "selector_options"
                      else getattr(a, f.name)) for f in fields(PrefillConfig) if hasattr(a, f.name)}
-
-
-def config_from_args(a: argparse.Namespace, base: PrefillConfig | None = None) -> PrefillConfig:
-    """The PrefillConfig the parsed prefill flags describe: ``base`` (default: the library's
-    defaults) with the flags given."""
-    return (base or PrefillConfig()).replace(**settings_from_args(a))
 
 
 def _flags_named(message: str) -> str:

@@ -46,12 +46,11 @@ def test_every_config_field_is_a_cli_flag_with_the_same_default():
 def test_cli_without_prefill_flags_is_the_default_config():
     a = cli.build_parser().parse_args(["generate", "--prompt", "x"])
     assert cli.settings_from_args(a) == {}
-    assert cli.config_from_args(a) == PrefillConfig()
+    assert PrefillConfig(**cli.settings_from_args(a)) == PrefillConfig()
     base = PrefillConfig(tail=64, rows="none")
-    assert cli.config_from_args(a, base) == base
     b = cli.build_parser().parse_args(["generate", "--prompt", "x", "--tail", "512"])
     assert cli.settings_from_args(b) == {"tail": 512}  # given, even at the library default
-    assert cli.config_from_args(b, base) == PrefillConfig(tail=512, rows="none")
+    assert base.replace(**cli.settings_from_args(b)) == PrefillConfig(tail=512, rows="none")
 
 
 def test_cli_flags_reach_every_field():
@@ -60,7 +59,7 @@ def test_cli_flags_reach_every_field():
         "--rows", "random", "--selector-options", "count=5", "seed=2", "--rescale", "keys",
         "--rescale-rows", "9", "--correction", "--precision", "int8", "--stream-maps",
         "--no-skip-unread"])
-    assert cli.config_from_args(a) == PrefillConfig(
+    assert PrefillConfig(**cli.settings_from_args(a)) == PrefillConfig(
         split=3, tail=7, fill="none", rows="random", selector_options={"count": 5, "seed": 2},
         rescale="keys", rescale_rows=9, correction=True, precision="int8", stream_maps=True,
         skip_unread=False)

@@ -16,7 +16,7 @@ start from :func:`default_config` and apply the settings or flags given on top;
 """
 from __future__ import annotations
 
-from .config import PrefillConfig
+from .config import PrefillConfig, paper_split
 
 ADVISABLE = ("split", "tail", "fill", "rows", "rescale")  # what the advisor chooses
 ADVISED: dict[str, dict] = {
@@ -41,4 +41,4 @@ def default_split(model: str, n_layers: int) -> int:
     """The split ``ridgefill fit`` fits when no ``--splits`` are given: the advised one for a
     built-in model, else the paper's default of 3/8 of depth (section 2.1)."""
     split = ADVISED.get(model, {}).get("split")
-    return int(split) if split is not None else max(1, round(3 * n_layers / 8))
+    return int(split) if split is not None else paper_split(n_layers)

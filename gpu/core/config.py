@@ -157,6 +157,11 @@ class PrefillConfig:
         return self if split == self.split else replace(self, split=split)
 
 
+def paper_split(n_layers: int) -> int:
+    """The paper's default split, 3/8 of depth (section 2.1), at least layer 1."""
+    return max(1, round(3 * n_layers / 8))
+
+
 def batched_by_default(device) -> bool:
     """``fill_order='auto'``: batched on an accelerator, layer by layer on the CPU (torch is
     imported here so that the configuration loads without it)."""

@@ -33,7 +33,7 @@ from ..data import corpus
 from ..core import models
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, load_maps
-from ..core.config import PrefillConfig
+from ..core.config import PrefillConfig, paper_split
 from ..core.engine import Engine
 
 SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
@@ -137,7 +137,7 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                 rows_probe: bool = True, compile: bool = False) -> list[dict]:
     loaded = (models.random_model(name, device) if random_weights
               else models.load(name, device=device))
-    split0, tail0, default_lengths = SETTINGS.get(name, (round(3 * loaded.n_layers / 8), 1024,
+    split0, tail0, default_lengths = SETTINGS.get(name, (paper_split(loaded.n_layers), 1024,
                                                          (4096,)))
     split = split0 if split is None else split
     tail = tail0 if tail is None else tail
