@@ -137,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compile", action="store_true",
                    help="also time RidgeFill with the late walk under torch.compile "
                         "(gpu.core.compiled; its warm-up pays the compilation)")
+    b.add_argument("--no-other-order", dest="other_order", action="store_false",
+                   help="skip the arm with the fill order the device's default does not use "
+                        "(batched on the CPU): one RidgeFill run fewer a round")
+    b.add_argument("--resume", action="store_true",
+                   help="keep the records of OUT_DIR's bench.json measured with the same "
+                        "settings and time only the rest")
     b.add_argument("--random-weights", action="store_true",
                    help="the built-in architectures with random weights (timing where the model "
                         "packages are not installed)")
@@ -270,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             from .tools.bench import run
             return run(a.models, lengths=a.lengths, repeats=a.repeats, device=a.device,
                        random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir,
-                       split=a.split, tail=a.tail, rows_probe=a.rows_probe, compile=a.compile)
+                       split=a.split, tail=a.tail, rows_probe=a.rows_probe, compile=a.compile,
+                       other_order=a.other_order, resume=a.resume)
         if a.command == "eval" and a.what == "frontier":
             import torch
             from .eval.frontier import CHECKS, run

@@ -74,3 +74,38 @@ def test_bench_times_the_compiled_walk_beside_the_eager_one():
     assert "ridgefill-compiled" in med and "ridgefill-compiled" in rec["peak_extra_bytes"]
     assert rec["compiled"] == {"speedup": med["exact"] / med["ridgefill-compiled"],
                                "over_eager": med["ridgefill"] / med["ridgefill-compiled"]}
+
+
+def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeypatch):
+    """bench.json holds every record as soon as it is measured; ``resume`` keeps the records
+    measured with the same settings (not timed again: ``_timed`` fails if called) and the
+    ``--no-other-order`` run has no other-order arm."""
+    import json
+
+    import torch
+
+    from gpu.tools import bench
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    kw = dict(lengths=[96], repeats=1, random_weights=True, split=28, tail=16,
+              rows_probe=False, other_order=False, out_dir=tmp_path, device="cpu")
+    try:
+        assert bench.run(["smollm2-135m"], **kw) == 0
+        first = json.loads((tmp_path / "cpu" / "bench.json").read_text())
+        assert first["complete"] is True
+        (rec,) = first["records"]
+        assert set(rec["median_seconds"]) == {"exact", "ridgefill", "pop"}
+        assert rec["fill_order"] is None
+
+        def no_timing(*a, **k):
+            raise AssertionError("a kept record was timed again")
+
+        monkeypatch.setattr(bench, "_timed", no_timing)
+        assert bench.run(["smollm2-135m"], resume=True, **kw) == 0
+        again = json.loads((tmp_path / "cpu" / "bench.json").read_text())
+        assert again["records"] == first["records"]
+        with pytest.raises(AssertionError, match="timed again"):   # other settings: timed
+            bench.run(["smollm2-135m"], resume=True, **{**kw, "tail": 8})
+    finally:
+        torch.set_num_threads(before)

@@ -1,7 +1,8 @@
 """``ridgefill bench`` (``make bench``): time to first token, exact vs RidgeFill, alternating in
 one process on the same prompts, against the ceilings of paper section 2.5.
 
-Per model and prompt length: one warm-up of each arm, then ``repeats`` rounds of (exact,
+Per model and prompt length: one warm-up of each arm (on the prompt's first ``WARMUP_TOKENS``
+tokens: a 32K warm-up would cost as much as a timed round), then ``repeats`` rounds of (exact,
 RidgeFill, RidgeFill with the other fill order than the device's default (its filled entries
 in one batched pass, gpu.core.batched, or layer by layer), POP native (identity fill from L - floor(L/3), one-token tail),
 RidgeFill with 2.5% / 5% / 10% random exact prefix rows (``rows_probe``)) timed back to back;
@@ -14,6 +15,7 @@ the break-even row count.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import platform
 import statistics
@@ -41,6 +43,7 @@ SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth a
     "gemma3-270m": (7, 1024, (4096, 8192, 16384, 32768)),  # 32K: ~20 min a round on 2 cores
 }
 ROW_SHARES = (0.025, 0.05, 0.10)   # exact prefix rows for the sigma / kappa measurement
+WARMUP_TOKENS = 8192               # the warm-up prompt's length cap (also one lower-layer chunk)
 
 
 class PeakMemory:
@@ -132,9 +135,23 @@ def _timed(fn, device) -> tuple[float, float]:
     return seconds, mem.extra
 
 
+def settings_key(model: str, n: int, weights: str, split: int, tail: int, repeats: int,
+                 compiled: bool, other_order: bool) -> tuple:
+    """What makes two records of the benchmark the same measurement (``--resume``)."""
+    return (model, n, weights, split, tail, repeats, compiled, other_order)
+
+
+def record_key(r: dict) -> tuple:
+    return settings_key(r["model"], r["n"], r["weights"], r["split"], r["tail"], r["repeats"],
+                        r.get("compiled") is not None, r.get("fill_order") is not None)
+
+
 def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False,
                 split: int | None = None, tail: int | None = None,
-                rows_probe: bool = True, compile: bool = False) -> list[dict]:
+                rows_probe: bool = True, compile: bool = False, other_order: bool = True,
+                done: dict | None = None):
+    """Yield one record per prompt length; a length whose record is in ``done`` (by
+    ``record_key``) is yielded from there without being timed again."""
     loaded = (models.random_model(name, device) if random_weights
               else models.load(name, device=device))
     split0, tail0, default_lengths = SETTINGS.get(name, (paper_split(loaded.n_layers), 1024,
@@ -147,10 +164,16 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     L = loaded.n_layers
     engine = Engine(loaded.model, maps)
     pop_split = L - L // 3                        # POP native: identity from L - floor(L/3)
-    out = []
+    weights = "random (timing only)" if loaded.tokenizer is None else "real"
     todo = list(lengths or default_lengths)
     bar = tqdm(total=len(todo) * (repeats + 1), desc=f"bench {name}", unit="round")
     for n in todo:
+        key = settings_key(name, n, weights, split, tail, repeats, compile, other_order)
+        if done and key in done:
+            tqdm.write(f"kept from the earlier run: {_line(done[key])}")
+            bar.update(repeats + 1)
+            yield done[key]
+            continue
         ids = prompt_ids(loaded, n)
         counts = [int(share * max(n - tail, 0)) for share in ROW_SHARES] if rows_probe else []
         default_batched = PrefillConfig().batched_on(loaded.model.device)
@@ -159,8 +182,8 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "exact": PrefillConfig(fill="exact"),
             "ridgefill": PrefillConfig(split=split, tail=tail, rows="none"),
             # the fill order the default does not use on this device (auto: gpu.core.config)
-            "ridgefill-other-order": PrefillConfig(split=split, tail=tail, rows="none",
-                                                   fill_order=other),
+            **({"ridgefill-other-order": PrefillConfig(split=split, tail=tail, rows="none",
+                                                       fill_order=other)} if other_order else {}),
             "pop": PrefillConfig(split=pop_split, tail=1, fill="identity", rows="none"),
             # the late walk under torch.compile (gpu.core.compiled); warm-up pays compilation
             **({"ridgefill-compiled": PrefillConfig(split=split, tail=tail, rows="none",
@@ -171,8 +194,9 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                for e in counts if e > 0},
         }
         arms = {k: (lambda c=c: engine.run(ids, c)) for k, c in configs.items()}
-        for fn in arms.values():                 # one warm-up each
-            fn()
+        warm = ids[:, :WARMUP_TOKENS]
+        for c in configs.values():               # one warm-up each
+            engine.run(warm, c)
         bar.update()
         times = {k: [] for k in arms}
         mem = {k: [] for k in arms}
@@ -187,8 +211,7 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         late_row = med["exact"] * (L - split) / L / n     # an exact row's late-layer time
         e_mid = counts[len(counts) // 2] if counts else 0
         rec = {
-            "model": name, "weights": "random (timing only)" if loaded.tokenizer is None
-            else "real", "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
+            "model": name, "weights": weights, "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
             "n": n, "split": split, "tail": tail, "exact_prefix_rows": 0, "repeats": repeats,
             "maps": maps_source, "maps_bytes": maps.nbytes(),
             "median_seconds": med, "seconds": times,
@@ -202,7 +225,8 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                            "other_order_speedup": med["exact"] / med["ridgefill-other-order"],
                            "batched_over_per_layer": (
                                (med["ridgefill-other-order"] / med["ridgefill"]) if default_batched
-                               else (med["ridgefill"] / med["ridgefill-other-order"]))},
+                               else (med["ridgefill"] / med["ridgefill-other-order"]))}
+            if other_order else None,
             "compiled": {"speedup": med["exact"] / med["ridgefill-compiled"],
                          "over_eager": med["ridgefill"] / med["ridgefill-compiled"]}
             if compile else None,
@@ -219,10 +243,9 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         }
         rec["share_of_mac_ceiling"] = rec["speedup"] / rec["ceiling_macs"]
         rec["pop"]["share_of_mac_ceiling"] = rec["pop"]["speedup"] / rec["pop"]["ceiling_macs"]
-        out.append(rec)
         tqdm.write(_line(rec))
+        yield rec
     bar.close()
-    return out
 
 
 def row_cost(times: dict[str, list[float]], arms_by_rows: dict[int, str]) -> dict:
@@ -252,8 +275,8 @@ def _line(r: dict) -> str:
             f"{r['median_seconds']['exact']:.2f}s RidgeFill {r['median_seconds']['ridgefill']:.2f}s "
             f"-> {r['speedup']:.2f}x (MAC ceiling {r['ceiling_macs']:.2f}x = "
             f"{100 * r['share_of_mac_ceiling']:.0f}%, 1/r {r['ceiling_one_over_r']:.2f}x); "
-            f"batched fill {r['fill_order']['batched_over_per_layer']:.2f}x the per-layer one "
-            f"(default {r['fill_order']['default']}); "
+            + (f"batched fill {r['fill_order']['batched_over_per_layer']:.2f}x the per-layer one "
+               f"(default {r['fill_order']['default']}); " if r.get("fill_order") else "") +
             f"POP {r['median_seconds']['pop']:.2f}s {pop['speedup']:.2f}x (ceiling "
             f"{pop['ceiling_macs']:.2f}x), RidgeFill/POP {pop['ridgefill_over_pop']:.2f}x; "
             f"peak +{r['peak_extra_bytes']['ridgefill'] * mb:.0f} MiB vs exact "
@@ -290,17 +313,20 @@ def plot(records: list[dict], path: Path) -> None:
 def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5,
         device: str | None = None, random_weights: bool = False, kernels: bool = False,
         out_dir: Path = Path("results/bench"), split: int | None = None,
-        tail: int | None = None, rows_probe: bool = True, compile: bool = False) -> int:
-    """``ridgefill bench``: every model at its lengths (or ``lengths``), then the kernels."""
+        tail: int | None = None, rows_probe: bool = True, compile: bool = False,
+        other_order: bool = True, resume: bool = False) -> int:
+    """``ridgefill bench``: every model at its lengths (or ``lengths``), then the kernels.
+    bench.json is rewritten after every record (``complete`` false until the last), so a
+    stopped run keeps what it measured and ``resume`` goes on from there."""
     if kernels:
         from rfmodel.bench import run_kernel_bench
         run_kernel_bench()
-    records, load_before = [], os.getloadavg()
-    for name in models:
-        records += bench_model(name, lengths, repeats, device, random_weights, split, tail,
-                               rows_probe, compile)
-    dev = records[0]["device"].split(":")[0]
+    dev = torch.device(device).type if device else models.default_device().type
     out = Path(out_dir) / dev
+    done = {}
+    if resume and (out / "bench.json").exists():
+        done = {record_key(r): r for r in json.loads((out / "bench.json").read_text())["records"]}
+    records, load_before = [], os.getloadavg()
     info = {"command": "ridgefill " + " ".join(sys.argv[1:]) if sys.argv[1:]
             else "ridgefill bench " + " ".join(models), "machine": platform.platform(),
             "seeds": {"prompt": "haystack seed 1 (random weights: token ids seeded with the length)",
@@ -308,9 +334,14 @@ def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5
             "load_average_before": load_before,
             "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
-            "load_average_after": os.getloadavg(),
-            "records": records}
-    write_json(out / "bench.json", info)
+            "complete": False, "records": records}
+    for name in models:
+        for rec in bench_model(name, lengths, repeats, device, random_weights, split, tail,
+                               rows_probe, compile, other_order, done):
+            records.append(rec)
+            write_json(out / "bench.json", {**info, "load_average_after": os.getloadavg()})
+    write_json(out / "bench.json", {**info, "complete": True,
+                                    "load_average_after": os.getloadavg()})
     plot(records, out / "bench.png")
     print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
     return 0
