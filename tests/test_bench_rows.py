@@ -84,15 +84,17 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
 
     import torch
 
+    from gpu.core.models import default_device
     from gpu.tools import bench
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     kw = dict(lengths=[96], repeats=1, random_weights=True, split=28, tail=16,
-              rows_probe=False, other_order=False, out_dir=tmp_path, device="cpu")
+              rows_probe=False, other_order=False, out_dir=tmp_path)   # the default device
+    out = tmp_path / default_device().type
     try:
         assert bench.run(["smollm2-135m"], **kw) == 0
-        first = json.loads((tmp_path / "cpu" / "bench.json").read_text())
+        first = json.loads((out / "bench.json").read_text())
         assert first["complete"] is True
         (rec,) = first["records"]
         assert set(rec["median_seconds"]) == {"exact", "ridgefill", "pop"}
@@ -103,7 +105,7 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
 
         monkeypatch.setattr(bench, "_timed", no_timing)
         assert bench.run(["smollm2-135m"], resume=True, **kw) == 0
-        again = json.loads((tmp_path / "cpu" / "bench.json").read_text())
+        again = json.loads((out / "bench.json").read_text())
         assert again["records"] == first["records"]
         with pytest.raises(AssertionError, match="timed again"):   # other settings: timed
             bench.run(["smollm2-135m"], resume=True, **{**kw, "tail": 8})

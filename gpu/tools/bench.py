@@ -33,6 +33,7 @@ from rfmodel.atomic import atomic_path, write_json
 
 from ..data import corpus
 from ..core import models
+from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, load_maps
 from ..core.config import PrefillConfig, paper_split
@@ -321,7 +322,7 @@ def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5
     if kernels:
         from rfmodel.bench import run_kernel_bench
         run_kernel_bench()
-    dev = torch.device(device).type if device else models.default_device().type
+    dev = torch.device(device).type if device else default_device().type
     out = Path(out_dir) / dev
     done = {}
     if resume and (out / "bench.json").exists():
