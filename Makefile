@@ -29,20 +29,22 @@ test: $(STAMP)
 proofs: $(STAMP)
 	$(BIN)/python -m proofs_check
 
+# about two hours on 2 cores; --resume: a stopped run goes on from the records it wrote
+# (delete results/bench/cpu/bench.json and results/bench/shapes/ for fresh numbers)
 bench: $(STAMP)
-	$(BIN)/ridgefill bench --kernels
+	$(BIN)/ridgefill bench --kernels --resume
 	$(BIN)/ridgefill bench --random-weights --models llama-3.2-1b qwen3-1.7b --lengths 2048 4096 \
-	  --repeats 3 --no-rows-probe --out-dir results/bench/shapes
+	  --repeats 3 --no-rows-probe --resume --out-dir results/bench/shapes
 
 # on a CUDA machine (issue 21): the equivalence checks, then the 8B shapes and the two small
 # architectures in bf16 with random weights; everything lands in results/cuda/
 cuda-bench: $(STAMP)
 	$(BIN)/python -m gpu.tools.cuda_check --out results/cuda
 	$(BIN)/ridgefill bench --random-weights --device cuda --models llama-3.1-8b qwen3-8b \
-	  --lengths 8192 16384 32768 65536 --repeats 3 --no-rows-probe --compile \
+	  --lengths 8192 16384 32768 65536 --repeats 3 --no-rows-probe --compile --resume \
 	  --out-dir results/cuda/bench-8b
 	$(BIN)/ridgefill bench --random-weights --device cuda --models smollm2-135m gemma3-270m \
-	  --lengths 4096 8192 16384 --repeats 5 --compile --out-dir results/cuda/bench-small
+	  --lengths 4096 8192 16384 --repeats 5 --compile --resume --out-dir results/cuda/bench-small
 
 eval: $(STAMP)
 	$(BIN)/ridgefill eval study

@@ -186,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--quiet", action="store_true", help="no progress bars")
     v.add_argument("--no-check", action="store_true",
                    help="skip the rerun of the recommendation on samples the advisor never saw")
+    v.add_argument("--check-seed", type=int,
+                   help="the rerun's seed (default: --seed + 1; any seed but --seed is unseen)")
+    v.add_argument("--check-samples", type=int,
+                   help="the rerun's needle samples per task and length (default: --samples)")
+    v.add_argument("--check-docs", type=int, help="the rerun's documents (default: --docs)")
     return parser
 
 
@@ -202,7 +207,8 @@ def _cmd_advise(a) -> int:
     run(a.model, lengths=a.lengths, budget={k: float(x) for k, x in budget.items()},
         out_dir=a.out_dir, samples=a.samples, docs=a.docs, tails=a.tails, calib=a.calib,
         seed=a.seed, device=a.device, dtype=_dtype(a.dtype), progress=not a.quiet,
-        check=not a.no_check)
+        check=not a.no_check, check_seed=a.check_seed, check_samples=a.check_samples,
+        check_docs=a.check_docs)
     return 0
 
 

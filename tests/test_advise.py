@@ -42,6 +42,21 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     fresh = advice["fresh_check"]  # rerun beside exact on samples it never saw
     assert fresh["arm"] == rec["arm"] and fresh["seed"] == 1 and fresh["keeps_budget"]
     assert fresh["vs_exact"] is not None and "never saw" in printed
+    # a larger rerun at another unseen seed: the frontier resumes, only the rerun is new
+    torch.set_num_threads(1)
+    try:
+        assert main(["advise", "--model", str(model), "--lengths", "512", "--tails", "1", "96",
+                     "--samples", "1", "--docs", "1", "--calib", str(calib), "--out-dir",
+                     str(out), "--budget", "retrieval=100", "key=9", "--quiet",
+                     "--check-seed", "5", "--check-samples", "2", "--check-docs", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    again = json.loads((out / "tiny-llama" / "advice.json").read_text())
+    assert again["recommendation"] == rec and again["frontier"] == advice["frontier"]
+    bigger = again["fresh_check"]
+    assert bigger["seed"] == 5 and bigger["arm"] == rec["arm"]
+    assert bigger["samples"] == 2 * fresh["samples"] and bigger["documents"] == 2
+    assert (out / "verify-seed5" / "tiny-llama" / "report.json").is_file()
     assert main(["advise", "--model", str(model), "--budget", "speed=2"]) == 2
 
 

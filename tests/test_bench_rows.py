@@ -111,3 +111,37 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
             bench.run(["smollm2-135m"], resume=True, **{**kw, "tail": 8})
     finally:
         torch.set_num_threads(before)
+
+
+def test_exact_in_passes_is_the_one_pass_forward_and_timed_above_the_chunk():
+    """The chunked exact arm (the stock forward in passes of ``chunk`` rows over one cache)
+    gives the one-pass forward's last logits up to float rounding, and the bench times it
+    beside the others only when the prompt is longer than the chunk."""
+    import torch
+
+    from gpu.core import models
+    from gpu.tools.bench import bench_model, exact_in_passes
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        lm = models.random_model("smollm2-135m", "cpu")
+        ids = torch.randint(0, lm.model.config.vocab_size, (1, 150),
+                            generator=torch.Generator().manual_seed(3))
+        with torch.inference_mode():
+            one = lm.model(input_ids=ids).logits[0, -1]
+        for chunk in (64, 150, 1000):
+            torch.testing.assert_close(exact_in_passes(lm.model, ids, chunk).last_logits, one,
+                                       rtol=1e-4, atol=1e-4)
+        (rec,) = bench_model("smollm2-135m", [96], repeats=1, random_weights=True, split=28,
+                             tail=16, rows_probe=False, other_order=False, chunk=64)
+        (short,) = bench_model("smollm2-135m", [96], repeats=1, random_weights=True, split=28,
+                               tail=16, rows_probe=False, other_order=False, chunk=128)
+    finally:
+        torch.set_num_threads(before)
+    med = rec["median_seconds"]
+    assert set(med) == {"exact", "exact-chunked", "ridgefill", "pop"} and rec["chunk"] == 64
+    ch = rec["exact_chunked"]
+    assert ch["speedup"] == med["exact-chunked"] / med["ridgefill"]
+    assert ch["share_of_mac_ceiling"] == ch["speedup"] / rec["ceiling_macs"]
+    assert "exact-chunked" not in short["median_seconds"] and short["exact_chunked"] is None

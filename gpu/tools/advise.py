@@ -98,17 +98,25 @@ def keeps(row: dict, budget: dict) -> bool:
 
 
 def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: str,
-           fit_kw: dict | None, progress: bool) -> dict:
+           fit_kw: dict | None, progress: bool, seed: int | None = None,
+           samples: int | None = None, docs: int | None = None) -> dict:
     """Issue 20's target: the recommendation rerun beside exact on samples the advisor never
-    saw (evaluation-role text of the built-in corpus, the next seed) keeps the budget."""
+    saw (evaluation-role text of the built-in corpus; ``seed``, default the advisor's next)
+    keeps the budget. ``samples`` (per task and length) / ``docs``: the rerun's size, by
+    default the advisor's own; at 4 samples per cell a needle is 6.25 points, coarser than
+    a 5-point budget, so a larger rerun resolves it. Written to ``<out>/verify`` (the next
+    seed) or ``<out>/verify-seed<S>``."""
+    seed = grid["seed"] + 1 if seed is None else seed
     cfg, fr = frontier.frontier_config(lm, **grid)
     arm = next(a for a in fr.arms() if a.name == arm_name)
     maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
-    rep = evaluate_model(lm, replace(cfg, seed=cfg.seed + 1), out_dir / "verify", CorpusTexts(),
+    size = {k: v for k, v in (("samples", samples), ("docs", docs)) if v is not None}
+    where = out_dir / ("verify" if seed == grid["seed"] + 1 else f"verify-seed{seed}")
+    rep = evaluate_model(lm, replace(cfg, seed=seed, **size), where, CorpusTexts(),
                          maps=maps, arms=[Arm("exact", "exact"), arm], progress=progress)
     row = {"vs_exact": rep["needles"]["arms"][arm_name]["vs_exact"],
            "dnll_key": rep.get("documents", {}).get("arms", {}).get(arm_name, {}).get("dnll_key")}
-    return {**row, "arm": arm_name, "seed": cfg.seed + 1, "texts": "builtin eval role",
+    return {**row, "arm": arm_name, "seed": seed, "texts": "builtin eval role",
             "samples": rep["counts"]["needle_samples"], "documents": rep["counts"]["documents"],
             "keeps_budget": keeps(row, budget)}
 
@@ -165,9 +173,12 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
         tails: list[int] | None = None, calib: str = "builtin", seed: int = 0,
         device: str | None = None, dtype=None, progress: bool = True, loaded=None,
         fit_kw: dict | None = None,
-        loss_length: int | None = None, timing_units: int = 1, check: bool = True) -> dict:
+        loss_length: int | None = None, timing_units: int = 1, check: bool = True,
+        check_seed: int | None = None, check_samples: int | None = None,
+        check_docs: int | None = None) -> dict:
     """Run the advisor on ``model`` (or an already ``loaded`` one); returns the advice dict.
-    ``check``: rerun the recommendation on samples the advisor never saw (:func:`verify`)."""
+    ``check``: rerun the recommendation on samples the advisor never saw (:func:`verify`,
+    with ``check_seed`` / ``check_samples`` / ``check_docs``)."""
     budget = {**BUDGET, **(budget or {})}
     lm = loaded if loaded is not None else models.load(model, device=device, dtype=dtype)
     lengths = sorted(lengths or [2048, 4096])
@@ -181,8 +192,8 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
                              calib=calib, **grid)
     rec = recommend(summary, budget)
     complete = measured_all(out_dir / lm.name / "report.json")
-    fresh = (verify(lm, rec["arm"], budget, grid, out_dir, calib, fit_kw, progress)
-             if check and rec["keeps_budget"] else None)
+    fresh = (verify(lm, rec["arm"], budget, grid, out_dir, calib, fit_kw, progress,
+                    check_seed, check_samples, check_docs) if check and rec["keeps_budget"] else None)
     advice = {"model": lm.name, "lengths": lengths, "calib": calib, "texts": texts.name,
               "seed": seed, "command": "ridgefill " + " ".join(sys.argv[1:]),
               "fill_off_bitwise_exact": exact_ok, "recommendation": rec, "fresh_check": fresh,

@@ -5,7 +5,9 @@ Per model and prompt length: one warm-up of each arm (on the prompt's first ``WA
 tokens: a 32K warm-up would cost as much as a timed round), then ``repeats`` rounds of (exact,
 RidgeFill, RidgeFill with the other fill order than the device's default (its filled entries
 in one batched pass, gpu.core.batched, or layer by layer), POP native (identity fill from L - floor(L/3), one-token tail),
-RidgeFill with 2.5% / 5% / 10% random exact prefix rows (``rows_probe``)) timed back to back;
+RidgeFill with 2.5% / 5% / 10% random exact prefix rows (``rows_probe``), and above the
+lower pass's chunk the stock forward in passes of that many rows (chunked exact prefill,
+:func:`exact_in_passes`, the baseline a serving stack runs)) timed back to back;
 the median of each and the ratio of medians. Beside it, 1/r and the multiply-accumulate ceilings of RidgeFill and POP
 (rfmath.cost), the peak resident memory of each arm over its baseline, the maps' size, and the
 cost of one exact prefix row (sigma and kappa of Appendix H: the slope over the row counts,
@@ -27,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
+from transformers import DynamicCache
 
 from rfmath.cost import break_even_rows, exact_share, speedup_ceiling
 from rfmodel.atomic import atomic_path, write_json
@@ -123,6 +126,25 @@ def prompt_ids(loaded: models.Loaded, n: int) -> torch.Tensor:
     return ids
 
 
+class _Last:
+    """What the timed arms return: the logits of the last row (the first token)."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.last_logits = logits
+
+
+@torch.inference_mode()
+def exact_in_passes(model, ids: torch.Tensor, chunk: int) -> _Last:
+    """Exact prefill as the stock forward in passes of ``chunk`` rows over one cache (each
+    pass's masks and activations chunk x n rather than n x n; the same cache as one pass up
+    to float rounding): the exact baseline RidgeFill's own chunked lower pass is fair to."""
+    cache = DynamicCache(config=model.config)
+    for a in range(0, ids.shape[1], chunk):
+        out = model(input_ids=ids[:, a:a + chunk], cache=cache, use_cache=True,
+                    logits_to_keep=1)
+    return _Last(out.logits[0, -1])
+
+
 def _timed(fn, device) -> tuple[float, float]:
     with PeakMemory(device) as mem:
         if device.type == "cuda":
@@ -136,23 +158,27 @@ def _timed(fn, device) -> tuple[float, float]:
     return seconds, mem.extra
 
 
-def settings_key(model: str, n: int, weights: str, split: int, tail: int, repeats: int,
-                 compiled: bool, other_order: bool) -> tuple:
+def measurement_key(model: str, n: int, weights: str | None, split: int, tail: int,
+                    repeats: int | None, chunk: int | None, arms) -> tuple:
     """What makes two records of the benchmark the same measurement (``--resume``)."""
-    return (model, n, weights, split, tail, repeats, compiled, other_order)
+    return (model, n, weights, split, tail, repeats, chunk, tuple(sorted(arms)))
 
 
 def record_key(r: dict) -> tuple:
-    return settings_key(r["model"], r["n"], r["weights"], r["split"], r["tail"], r["repeats"],
-                        r.get("compiled") is not None, r.get("fill_order") is not None)
+    return measurement_key(r["model"], r["n"], r.get("weights"), r["split"], r["tail"],
+                           r.get("repeats"), r.get("chunk"), r["median_seconds"])
 
 
 def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False,
                 split: int | None = None, tail: int | None = None,
                 rows_probe: bool = True, compile: bool = False, other_order: bool = True,
-                done: dict | None = None):
+                done: dict | None = None, chunk: int | None = None):
     """Yield one record per prompt length; a length whose record is in ``done`` (by
-    ``record_key``) is yielded from there without being timed again."""
+    ``record_key``) is yielded from there without being timed again. ``chunk``: rows per
+    lower-layer pass of every RidgeFill / POP arm and of the chunked exact arm (default
+    PrefillConfig's)."""
+    base = PrefillConfig() if chunk is None else PrefillConfig(chunk=chunk)
+    chunk = base.chunk
     loaded = (models.random_model(name, device) if random_weights
               else models.load(name, device=device))
     split0, tail0, default_lengths = SETTINGS.get(name, (paper_split(loaded.n_layers), 1024,
@@ -169,35 +195,42 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     todo = list(lengths or default_lengths)
     bar = tqdm(total=len(todo) * (repeats + 1), desc=f"bench {name}", unit="round")
     for n in todo:
-        key = settings_key(name, n, weights, split, tail, repeats, compile, other_order)
+        counts = [int(share * max(n - tail, 0)) for share in ROW_SHARES] if rows_probe else []
+        default_batched = PrefillConfig().batched_on(loaded.model.device)
+        other = "layer" if default_batched else "batched"
+        configs = {
+            "exact": base.replace(fill="exact"),
+            "ridgefill": base.replace(split=split, tail=tail, rows="none"),
+            # the fill order the default does not use on this device (auto: gpu.core.config)
+            **({"ridgefill-other-order": base.replace(split=split, tail=tail, rows="none",
+                                                      fill_order=other)} if other_order else {}),
+            "pop": base.replace(split=pop_split, tail=1, fill="identity", rows="none"),
+            # the late walk under torch.compile (gpu.core.compiled); warm-up pays compilation
+            **({"ridgefill-compiled": base.replace(split=split, tail=tail, rows="none",
+                                                   compile=True)} if compile else {}),
+            # random rows: the time of E exact rows whatever picks them (Appendix H)
+            **{f"ridgefill+{e}rows": base.replace(split=split, tail=tail, rows="random",
+                                                  selector_options={"count": e, "seed": 0})
+               for e in counts if e > 0},
+        }
+        chunk = base.replace().chunk
+        passes = ["exact-chunked"] if n > chunk else []
+        key = measurement_key(name, n, weights, split, tail, repeats, chunk,
+                              [*configs, *passes])
         if done and key in done:
             tqdm.write(f"kept from the earlier run: {_line(done[key])}")
             bar.update(repeats + 1)
             yield done[key]
             continue
         ids = prompt_ids(loaded, n)
-        counts = [int(share * max(n - tail, 0)) for share in ROW_SHARES] if rows_probe else []
-        default_batched = PrefillConfig().batched_on(loaded.model.device)
-        other = "layer" if default_batched else "batched"
-        configs = {
-            "exact": PrefillConfig(fill="exact"),
-            "ridgefill": PrefillConfig(split=split, tail=tail, rows="none"),
-            # the fill order the default does not use on this device (auto: gpu.core.config)
-            **({"ridgefill-other-order": PrefillConfig(split=split, tail=tail, rows="none",
-                                                       fill_order=other)} if other_order else {}),
-            "pop": PrefillConfig(split=pop_split, tail=1, fill="identity", rows="none"),
-            # the late walk under torch.compile (gpu.core.compiled); warm-up pays compilation
-            **({"ridgefill-compiled": PrefillConfig(split=split, tail=tail, rows="none",
-                                                    compile=True)} if compile else {}),
-            # random rows: the time of E exact rows whatever picks them (Appendix H)
-            **{f"ridgefill+{e}rows": PrefillConfig(split=split, tail=tail, rows="random",
-                                                   selector_options={"count": e, "seed": 0})
-               for e in counts if e > 0},
-        }
         arms = {k: (lambda c=c: engine.run(ids, c)) for k, c in configs.items()}
+        if passes:
+            arms["exact-chunked"] = lambda: exact_in_passes(loaded.model, ids, chunk)
         warm = ids[:, :WARMUP_TOKENS]
         for c in configs.values():               # one warm-up each
             engine.run(warm, c)
+        if passes:
+            exact_in_passes(loaded.model, warm, chunk)
         bar.update()
         times = {k: [] for k in arms}
         mem = {k: [] for k in arms}
@@ -213,7 +246,8 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         e_mid = counts[len(counts) // 2] if counts else 0
         rec = {
             "model": name, "weights": weights, "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
-            "n": n, "split": split, "tail": tail, "exact_prefix_rows": 0, "repeats": repeats,
+            "n": n, "split": split, "tail": tail, "chunk": chunk, "exact_prefix_rows": 0,
+            "repeats": repeats,
             "maps": maps_source, "maps_bytes": maps.nbytes(),
             "median_seconds": med, "seconds": times,
             "speedup": med["exact"] / med["ridgefill"],
@@ -228,6 +262,11 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                                (med["ridgefill-other-order"] / med["ridgefill"]) if default_batched
                                else (med["ridgefill"] / med["ridgefill-other-order"]))}
             if other_order else None,
+            "exact_chunked": {"chunk": chunk,
+                              "speedup": med["exact-chunked"] / med["ridgefill"],
+                              "pop_speedup": med["exact-chunked"] / med["pop"],
+                              "over_one_pass": med["exact"] / med["exact-chunked"]}
+            if passes else None,
             "compiled": {"speedup": med["exact"] / med["ridgefill-compiled"],
                          "over_eager": med["ridgefill"] / med["ridgefill-compiled"]}
             if compile else None,
@@ -244,6 +283,10 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         }
         rec["share_of_mac_ceiling"] = rec["speedup"] / rec["ceiling_macs"]
         rec["pop"]["share_of_mac_ceiling"] = rec["pop"]["speedup"] / rec["pop"]["ceiling_macs"]
+        if passes:
+            ch = rec["exact_chunked"]
+            ch["share_of_mac_ceiling"] = ch["speedup"] / rec["ceiling_macs"]
+            ch["pop_share_of_mac_ceiling"] = ch["pop_speedup"] / rec["pop"]["ceiling_macs"]
         tqdm.write(_line(rec))
         yield rec
     bar.close()
@@ -276,6 +319,10 @@ def _line(r: dict) -> str:
             f"{r['median_seconds']['exact']:.2f}s RidgeFill {r['median_seconds']['ridgefill']:.2f}s "
             f"-> {r['speedup']:.2f}x (MAC ceiling {r['ceiling_macs']:.2f}x = "
             f"{100 * r['share_of_mac_ceiling']:.0f}%, 1/r {r['ceiling_one_over_r']:.2f}x); "
+            + (f"vs exact in passes of {r['exact_chunked']['chunk']} "
+               f"({r['median_seconds']['exact-chunked']:.2f}s): {r['exact_chunked']['speedup']:.2f}x "
+               f"= {100 * r['exact_chunked']['share_of_mac_ceiling']:.0f}%, POP "
+               f"{r['exact_chunked']['pop_speedup']:.2f}x; " if r.get("exact_chunked") else "")
             + (f"batched fill {r['fill_order']['batched_over_per_layer']:.2f}x the per-layer one "
                f"(default {r['fill_order']['default']}); " if r.get("fill_order") else "") +
             f"POP {r['median_seconds']['pop']:.2f}s {pop['speedup']:.2f}x (ceiling "
@@ -294,12 +341,16 @@ def plot(records: list[dict], path: Path) -> None:
     labels = [f"{r['model']}\n{r['n'] // 1024}K" for r in records]
     x = np.arange(len(records))
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(records)), 4))
-    w = 0.2
-    ax.bar(x - 1.5 * w, [r["speedup"] for r in records], w, label="RidgeFill measured (median)")
-    ax.bar(x - 0.5 * w, [r["ceiling_macs"] for r in records], w, label="RidgeFill MAC ceiling")
-    ax.bar(x + 0.5 * w, [r["pop"]["speedup"] for r in records], w, label="POP native measured")
-    ax.bar(x + 1.5 * w, [r["pop"]["ceiling_macs"] for r in records], w,
-           label="POP native MAC ceiling")
+    bars = [("RidgeFill measured (median)", [r["speedup"] for r in records]),
+            ("RidgeFill MAC ceiling", [r["ceiling_macs"] for r in records]),
+            ("POP native measured", [r["pop"]["speedup"] for r in records]),
+            ("POP native MAC ceiling", [r["pop"]["ceiling_macs"] for r in records])]
+    if any(r.get("exact_chunked") for r in records):
+        bars.insert(1, ("RidgeFill vs exact in passes (long prompts)",
+                        [(r.get("exact_chunked") or {}).get("speedup", 0) for r in records]))
+    w = 0.8 / len(bars)
+    for i, (label, heights) in enumerate(bars):
+        ax.bar(x + (i - (len(bars) - 1) / 2) * w, heights, w, label=label)
     ax.axhline(1, color="k", lw=0.8)
     ax.set_xticks(x, labels)
     ax.set_ylabel("speedup of time to first token")
