@@ -56,6 +56,7 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     bigger = again["fresh_check"]
     assert bigger["seed"] == 5 and bigger["arm"] == rec["arm"]
     assert bigger["samples"] == 2 * fresh["samples"] and bigger["documents"] == 2
+    assert advice["earlier_checks"] == [] and again["earlier_checks"] == [fresh]  # kept
     assert (out / "verify-seed5" / "tiny-llama" / "report.json").is_file()
     assert main(["advise", "--model", str(model), "--budget", "speed=2"]) == 2
 

@@ -121,6 +121,18 @@ def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: st
             "keeps_budget": keeps(row, budget)}
 
 
+def earlier_checks(advice_path: Path, arm: str, fresh: dict | None) -> list[dict]:
+    """The unseen-sample reruns of the same recommendation that an earlier advice.json holds
+    (another seed or size than ``fresh``), kept beside the new one rather than overwritten."""
+    if not advice_path.is_file():
+        return []
+    old = json.loads(advice_path.read_text())
+    checks = old.get("earlier_checks", []) + ([old["fresh_check"]] if old.get("fresh_check") else [])
+    size = ("seed", "samples", "documents")
+    new = tuple(fresh[k] for k in size) if fresh else None
+    return [c for c in checks if c["arm"] == arm and tuple(c[k] for k in size) != new]
+
+
 def measured_all(report_path: Path) -> bool:
     """Whether the frontier measured every record it planned (the frontier's own "partial"
     flag also counts samples below the full study's size, which the advisor never aims at)."""
@@ -194,13 +206,14 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
     complete = measured_all(out_dir / lm.name / "report.json")
     fresh = (verify(lm, rec["arm"], budget, grid, out_dir, calib, fit_kw, progress,
                     check_seed, check_samples, check_docs) if check and rec["keeps_budget"] else None)
+    root = out_dir / lm.name
     advice = {"model": lm.name, "lengths": lengths, "calib": calib, "texts": texts.name,
               "seed": seed, "command": "ridgefill " + " ".join(sys.argv[1:]),
               "fill_off_bitwise_exact": exact_ok, "recommendation": rec, "fresh_check": fresh,
+              "earlier_checks": earlier_checks(root / "advice.json", rec["arm"], fresh),
               "complete": complete, "study_size_notes": summary["partial_reasons"],
               "frontier": summary["rows"],
               "samples": summary["samples"], "documents": summary["documents"]}
-    root = out_dir / lm.name
     write_json(root / "advice.json", advice)
     plot(summary, root / "advice.png")
     print(table(summary))
@@ -214,6 +227,10 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
               f"{rec['speedup'] or float('nan'):.2f}x -> {root}/advice.json")
     else:
         print(f"recommended: exact prefill ({rec['why']}) -> {root}/advice.json")
+    for c in advice["earlier_checks"]:
+        print(f"earlier rerun on {c['samples']} needle samples and {c['documents']} documents "
+              f"(seed {c['seed']}): retrieval {interval(c['vs_exact'])} points vs exact; keeps "
+              f"the budget: {c['keeps_budget']}")
     if fresh is not None:
         print(f"rerun on {fresh['samples']} needle samples and {fresh['documents']} documents it "
               f"never saw (seed {fresh['seed']}): retrieval {interval(fresh['vs_exact'])} points "

@@ -323,6 +323,10 @@ def _line(r: dict) -> str:
                f"({r['median_seconds']['exact-chunked']:.2f}s): {r['exact_chunked']['speedup']:.2f}x "
                f"= {100 * r['exact_chunked']['share_of_mac_ceiling']:.0f}%, POP "
                f"{r['exact_chunked']['pop_speedup']:.2f}x; " if r.get("exact_chunked") else "")
+            + (f"compiled walk {r['median_seconds']['ridgefill-compiled']:.2f}s "
+               f"{r['compiled']['speedup']:.2f}x = "
+               f"{100 * r['compiled']['speedup'] / r['ceiling_macs']:.0f}%; "
+               if r.get("compiled") else "")
             + (f"batched fill {r['fill_order']['batched_over_per_layer']:.2f}x the per-layer one "
                f"(default {r['fill_order']['default']}); " if r.get("fill_order") else "") +
             f"POP {r['median_seconds']['pop']:.2f}s {pop['speedup']:.2f}x (ceiling "
