@@ -113,7 +113,8 @@ def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: st
     size = {k: v for k, v in (("samples", samples), ("docs", docs)) if v is not None}
     where = out_dir / ("verify" if seed == grid["seed"] + 1 else f"verify-seed{seed}")
     rep = evaluate_model(lm, replace(cfg, seed=seed, **size), where, CorpusTexts(),
-                         maps=maps, arms=[Arm("exact", "exact"), arm], progress=progress)
+                         maps=maps, arms=[Arm("exact", "exact"), arm], progress=progress,
+                         command="ridgefill " + " ".join(sys.argv[1:]))
     row = {"vs_exact": rep["needles"]["arms"][arm_name]["vs_exact"],
            "dnll_key": rep.get("documents", {}).get("arms", {}).get(arm_name, {}).get("dnll_key")}
     return {**row, "arm": arm_name, "seed": seed, "texts": "builtin eval role",
