@@ -213,7 +213,6 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                                                   selector_options={"count": e, "seed": 0})
                for e in counts if e > 0},
         }
-        chunk = base.replace().chunk
         passes = ["exact-chunked"] if n > chunk else []
         key = measurement_key(name, n, weights, split, tail, repeats, chunk,
                               [*configs, *passes])
@@ -223,20 +222,17 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             yield done[key]
             continue
         ids = prompt_ids(loaded, n)
-        arms = {k: (lambda c=c: engine.run(ids, c)) for k, c in configs.items()}
+        arms = {k: (lambda x, c=c: engine.run(x, c)) for k, c in configs.items()}
         if passes:
-            arms["exact-chunked"] = lambda: exact_in_passes(loaded.model, ids, chunk)
-        warm = ids[:, :WARMUP_TOKENS]
-        for c in configs.values():               # one warm-up each
-            engine.run(warm, c)
-        if passes:
-            exact_in_passes(loaded.model, warm, chunk)
+            arms["exact-chunked"] = lambda x: exact_in_passes(loaded.model, x, chunk)
+        for fn in arms.values():                 # one warm-up each
+            fn(ids[:, :WARMUP_TOKENS])
         bar.update()
         times = {k: [] for k in arms}
         mem = {k: [] for k in arms}
         for _ in range(repeats):                 # alternate in the same process
             for k, fn in arms.items():
-                t, m = _timed(fn, loaded.model.device)
+                t, m = _timed(lambda: fn(ids), loaded.model.device)
                 times[k].append(t)
                 mem[k].append(m)
             bar.update()
@@ -245,7 +241,8 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         late_row = med["exact"] * (L - split) / L / n     # an exact row's late-layer time
         e_mid = counts[len(counts) // 2] if counts else 0
         rec = {
-            "model": name, "weights": weights, "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),
+            "model": name, "weights": weights, "device": str(loaded.model.device),
+            "dtype": str(loaded.model.dtype),
             "n": n, "split": split, "tail": tail, "chunk": chunk, "exact_prefix_rows": 0,
             "repeats": repeats,
             "maps": maps_source, "maps_bytes": maps.nbytes(),
