@@ -296,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                 docs=8 if a.docs is None else a.docs, lengths=a.lengths, tails=a.tails,
                 checks=a.checks or CHECKS, seed=a.seed or 0, device=a.device,
                 timing_units=a.timing_units, progress=not a.quiet,
-                loss_length=a.loss_length or 4096)
+                loss_length=a.loss_length or 4096,
+                instruments=tuple(a.instruments or ("needle", "loss")))
             return 0
         if a.command == "eval":
             from .eval.harness import run

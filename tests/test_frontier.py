@@ -141,3 +141,23 @@ def test_a_stopped_frontier_writes_its_partial_summary(tiny, tmp_path, monkeypat
     monkeypatch.setattr(harness, "run_docs", real)
     [done] = run_tiny(tiny, out)  # the rerun resumes and measures the documents
     assert {r["arm"]: r for r in done["rows"]}["ridge@5/t1"]["dnll_novel"] is not None
+
+
+def test_one_instrument_at_a_time_then_the_whole_grid(tiny, tmp_path, monkeypatch):
+    """``--instruments loss`` journals only documents and says the grid is partial; the
+    whole grid afterwards measures only the needles (the documents are reused) and is
+    complete at the frontier's own size (samples and documents asked, not the study's)."""
+    import gpu.eval.instruments as ins
+
+    out = tmp_path / "frontier"
+    [first] = run_tiny(tiny, out, instruments=("loss",), timing_units=0)
+    root = out / tiny["loaded"].name
+    kinds = {json.loads(line)["instrument"] for line in (root / "records.jsonl").open()}
+    assert kinds == {"loss", "session"}
+    assert first["partial"] and any("instruments" in r for r in first["partial_reasons"])
+    monkeypatch.setattr(ins, "loss", lambda *a, **k: pytest.fail("remeasured a document"))
+    [whole] = run_tiny(tiny, out, timing_units=0)
+    assert not whole["partial"], whole["partial_reasons"]
+    assert {r["arm"]: r for r in whole["rows"]}["ridge@5/t1"]["dnll_novel"] is not None
+    with pytest.raises(ValueError, match="instruments"):
+        fr.frontier_config(tiny["loaded"], instruments=("speed",))

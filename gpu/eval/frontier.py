@@ -157,10 +157,15 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
                     tails: tuple[int, ...] = TAILS, seed: int = 0,
                     fills: tuple[str, ...] = ("ridge", "identity"),
                     checks: tuple[float, ...] = (),
-                    cut: tuple[str, ...] | None = None) -> tuple[EvalConfig, Frontier]:
+                    cut: tuple[str, ...] | None = None,
+                    instruments: tuple[str, ...] = ("needle", "loss"),
+                    ) -> tuple[EvalConfig, Frontier]:
     """(the harness's grid, the frontier) of a loaded model, sized like the selector study:
     ``samples`` per task and length (two tasks, two lengths: 40), ``docs`` documents;
-    ``cut``: arm-name patterns left out (default: the model's entry in CUTS)."""
+    ``cut``: arm-name patterns left out (default: the model's entry in CUTS);
+    ``instruments``: which to run now (the journal keeps both; the report shows what it holds)."""
+    if not instruments or set(instruments) - {"needle", "loss"}:
+        raise ValueError(f"instruments {instruments}: choose from 'needle' and 'loss'")
     preset = preset_for(loaded)
     fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), fills=fills, checks=checks,
                   cut=cut if cut is not None else CUTS.get(loaded.name, ()))
@@ -175,7 +180,9 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
                   needles={n: TASKS for n in lengths}, samples=samples, docs=docs,
                   loss_length=loss_length, seed=seed,
                   score_tokens=min(preset.score_tokens, tail // 2),
-                  instruments=("needle", "loss") if docs else ("needle",))
+                  instruments=tuple(i for i in ("needle", "loss")
+                                    if i in instruments and (i == "needle" or docs)),
+                  minimum={"samples": samples, "docs": docs, "domains": min(4, docs)})
     return cfg, fr
 
 
@@ -208,7 +215,8 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         timing_units: int = 1, progress: bool = True, loaded=None, texts=None,
         fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096,
         fills: tuple[str, ...] = ("ridge", "identity"),
-        cut: tuple[str, ...] | None = None) -> list[dict]:
+        cut: tuple[str, ...] | None = None,
+        instruments: tuple[str, ...] = ("needle", "loss")) -> list[dict]:
     """``ridgefill eval frontier``: each model's grid (resumable), its timing and summary.
     ``loaded`` / ``texts`` / ``fit_kw`` / ``calib``: a model, texts and fit settings other
     than the built-in ones (the tests' tiny model, the advisor). Returns the summaries (rank 0)."""
@@ -218,8 +226,11 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         lm = loaded if loaded is not None else models.load(name, device=device)
         cfg, fr = frontier_config(lm, samples=samples, docs=docs, lengths=lengths,
                                   tails=tuple(tails or TAILS), seed=seed, loss_length=loss_length,
-                                  fills=fills, checks=tuple(checks or ()), cut=cut)
+                                  fills=fills, checks=tuple(checks or ()), cut=cut,
+                                  instruments=instruments)
         arms = fr.arms()
+        # the grid with every instrument: a run of one of them reports itself partial
+        whole = replace(cfg, instruments=("needle", "loss") if docs else ("needle",))
         root = out_dir / lm.name
         maps = ev.ensure_maps(lm, cfg, root, calib, progress, **(fit_kw or {}))
         texts = texts or CorpusTexts()
@@ -228,7 +239,7 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
                                     command=command, progress=progress, arms=arms, shard=shard,
                                     pairs=fr.pairs(arms) + fr.check_pairs(arms)
                                     + fr.component_pairs(arms),
-                                    tests=fr.tests(arms))
+                                    tests=fr.tests(arms), preset=whole)
         except (KeyboardInterrupt, SystemExit):  # stopped: the harness wrote a partial report
             if shard.rank == 0 and (root / "report.json").is_file():
                 partial = json.loads((root / "report.json").read_text())

@@ -136,7 +136,8 @@ def earlier_checks(advice_path: Path, arm: str, fresh: dict | None) -> list[dict
 
 def measured_all(report_path: Path) -> bool:
     """Whether the frontier measured every record it planned (the frontier's own "partial"
-    flag also counts samples below the full study's size, which the advisor never aims at)."""
+    flag also counts documents in fewer domains than asked, which a user's calibration
+    folder may not have)."""
     rep = json.loads(report_path.read_text())
     want = rep["meta"].get("expected", {})
     return bool(want) and all(rep["counts"].get(k, 0) >= v for k, v in want.items())
