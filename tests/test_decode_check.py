@@ -107,3 +107,22 @@ def test_a_repaired_digit_pulls_in_its_whole_number():
     assert set(number) <= set(f.plan.exact_rows.tolist())
     assert f.stats == {"steps": 0, "repairs": 1, "rows_repaired": 5,
                        "repair_seconds": f.stats["repair_seconds"]}
+
+
+@torch.inference_mode()
+def test_a_repair_replays_the_tokens_so_far_in_one_pass():
+    """After a repair the decoded tokens are fed again in one pass: the next step equals the
+    prefill with the repaired rows exact followed by those tokens one at a time (to rounding)."""
+    engine, p, cfg = setup("llama")
+    _, f = checked(engine, p, cfg, 1e9)
+    history = [5, 9, 11, 7]
+    for t in history:
+        f.push(t)
+    f.repair(f.filled[:2].numpy())
+    assert f.stats["repairs"] == 1 and f.n == p.n + len(history) and f.stock is None
+    again = engine.prefill(p.ids, Plan(p.n, SPLIT, TAIL, LAYERS).with_rows(f.plan.exact_rows),
+                           "ridge", logits_rows=1)
+    ref = Feeder(engine, again)
+    for t in history:
+        ref.push(t)
+    torch.testing.assert_close(f.push(13), ref.push(13), rtol=1e-5, atol=1e-5)

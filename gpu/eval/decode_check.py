@@ -7,8 +7,8 @@ and their heads. That sum bounds the largest weight any one head of any late lay
 row, so a filled row whose weight crosses ``threshold`` anywhere is always flagged (the check
 is sound; it may flag more). Flagged rows, completed to their words and digit runs
 (rfmodel.selectors.complete_spans), become exact prefix rows: the prompt is prefilled again
-with them exact (the lower pass reused), the tokens decoded so far are fed again, and the
-step is redone, and checked again. It needs no question at prefill time. The first answer
+with them exact (the lower pass reused), the tokens decoded so far are fed again in one
+pass, and the step is redone, and checked again. It needs no question at prefill time. The first answer
 token comes from the prefill's last row, as in RidgeFill's own prefill: the check starts
 with the first decoding step.
 
@@ -54,20 +54,37 @@ class CheckedFeeder:
         self.filled = torch.as_tensor(self.plan.filled, dtype=torch.long)
         self.stock = Feeder(self.engine, pre) if self.filled.numel() == 0 else None
 
+    def _walk(self, tokens: list[int], received: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed ``tokens`` in one pass: the lower layers with the model's own code, the late
+        layers through the late walk over the mixed cache; the last row's hidden state."""
+        eng = self.engine
+        ids = torch.tensor([tokens], device=eng.model.device)
+        x_split, _ = eng.lower(ids, self.plan.split, self.pre.cache)
+        rows = torch.arange(len(tokens), device=ids.device)
+        ctx = late.Late(eng.adapter, eng.predict_input, self.plan.split, x_split, rows, rows[:0],
+                        self.pre.cache, None, base=self.n, received=received)
+        h = late.run(ctx, x_split)
+        self.n += len(tokens)
+        return h[:, -1:]
+
     def _step(self, token: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits after ``token`` and the attention each cache row received (None: stock)."""
         if self.stock is not None:
             return self.stock.push(token), None
-        eng = self.engine
-        ids = torch.tensor([[token]], device=eng.model.device)
-        x_split, _ = eng.lower(ids, self.plan.split, self.pre.cache)
-        one = torch.zeros(1, dtype=torch.long, device=ids.device)
-        received = torch.zeros(self.n + 1, device=ids.device)
-        ctx = late.Late(eng.adapter, eng.predict_input, self.plan.split, x_split, one, one[:0],
-                        self.pre.cache, None, base=self.n, received=received)
-        h = late.run(ctx, x_split)
-        self.n += 1
-        return eng.adapter.logits(h)[0, -1], received
+        received = torch.zeros(self.n + 1, device=self.engine.model.device)
+        h = self._walk([token], received)
+        return self.engine.adapter.logits(h)[0, -1], received
+
+    def _replay(self, tokens: list[int]) -> None:
+        """The tokens decoded so far, fed again unchecked on a repaired cache: in one pass
+        (equal to one at a time up to float rounding; a repair costs one pass, not one per
+        token), or one at a time through the stock forward once no row is filled (bitwise
+        exact decoding)."""
+        if self.stock is not None:
+            for t in tokens:
+                self.stock.push(t)
+        elif tokens:
+            self._walk(tokens)
 
     def flagged(self, received: torch.Tensor) -> np.ndarray:
         """Filled rows whose received attention crosses the threshold."""
@@ -88,8 +105,7 @@ class CheckedFeeder:
         self.stats["repairs"] += 1
         self.stats["rows_repaired"] += int(exact.size - plan.exact_rows.size)
         self._start(pre)
-        for t in self.history:
-            self._step(t)
+        self._replay(self.history)
         self.stats["repair_seconds"] += time.perf_counter() - t0
 
     @torch.inference_mode()
