@@ -162,6 +162,12 @@ def paper_split(n_layers: int) -> int:
     return max(1, round(3 * n_layers / 8))
 
 
+def pop_split(n_layers: int) -> int:
+    """POP native's split (the paper's baseline, section 6.4): identity fill of the last
+    floor(L/3) layers, from L - floor(L/3)."""
+    return n_layers - n_layers // 3
+
+
 def batched_by_default(device) -> bool:
     """``fill_order='auto'``: batched on an accelerator, layer by layer on the CPU (torch is
     imported here so that the configuration loads without it)."""

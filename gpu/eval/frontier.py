@@ -35,7 +35,7 @@ import torch
 from rfmodel.atomic import write_json
 
 from ..core import models
-from ..core.config import DEFAULT_ROWS, RESCALES
+from ..core.config import DEFAULT_ROWS, RESCALES, pop_split
 from . import harness as ev
 from .frontier_report import summarize, write as write_summary
 from .grid import EvalConfig, depth, preset_for
@@ -54,11 +54,6 @@ CHECKS = (0.5,)
 LENGTHS = {"gemma3-270m": (4096, 8192)}  # filled-region needles (issue 20); others: 2K, 4K
 # gemma3's 4K/8K prompts cost about 3x smollm2's per run: arms left out to fit ~3 hours
 CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/t512")}
-
-
-def pop_split(n_layers: int) -> int:
-    """POP's split: the last floor(L/3) layers are filled."""
-    return n_layers - n_layers // 3
 
 
 def arm_name(fill: str, split: int, tail: int, rows: str = "none") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..core.config import pop_split
 from . import tasks
 from .instruments import Arm
 
@@ -73,7 +74,7 @@ def study_arms(cfg: EvalConfig, n_layers: int) -> list[Arm]:
     exact / identity / RidgeFill at the others; in run order (a selection before the
     controls that copy its count)."""
     S, T = cfg.splits[0], cfg.tail
-    pop = n_layers - n_layers // 3
+    pop = pop_split(n_layers)
     arms = [Arm("exact", "exact", label="exact"),
             Arm(f"nofill@{S}", "none", S, T, label="no fill"),
             Arm(f"identity@{S}", "identity", S, T, label="identity (POP's fill)"),

@@ -39,7 +39,7 @@ from ..core import models
 from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, load_maps
-from ..core.config import PrefillConfig, paper_split
+from ..core.config import PrefillConfig, paper_split, pop_split
 from ..core.engine import Engine
 
 SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
@@ -190,7 +190,7 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     arch = arch_of(loaded.model.config)
     L = loaded.n_layers
     engine = Engine(loaded.model, maps)
-    pop_split = L - L // 3                        # POP native: identity from L - floor(L/3)
+    pop = pop_split(L)                            # POP native: identity from L - floor(L/3)
     weights = "random (timing only)" if loaded.tokenizer is None else "real"
     todo = list(lengths or default_lengths)
     bar = tqdm(total=len(todo) * (repeats + 1), desc=f"bench {name}", unit="round")
@@ -204,7 +204,7 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             # the fill order the default does not use on this device (auto: gpu.core.config)
             **({"ridgefill-other-order": base.replace(split=split, tail=tail, rows="none",
                                                       fill_order=other)} if other_order else {}),
-            "pop": base.replace(split=pop_split, tail=1, fill="identity", rows="none"),
+            "pop": base.replace(split=pop, tail=1, fill="identity", rows="none"),
             # the late walk under torch.compile (gpu.core.compiled); warm-up pays compilation
             **({"ridgefill-compiled": base.replace(split=split, tail=tail, rows="none",
                                                    compile=True)} if compile else {}),
@@ -250,8 +250,8 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "speedup": med["exact"] / med["ridgefill"],
             "ceiling_one_over_r": 1 / exact_share(split, L, tail, n),
             "ceiling_macs": speedup_ceiling(arch, n, split, tail, E=0, arm="ridgefill"),
-            "pop": {"split": pop_split, "tail": 1, "speedup": med["exact"] / med["pop"],
-                    "ceiling_macs": speedup_ceiling(arch, n, pop_split, 1, E=0, arm="identity"),
+            "pop": {"split": pop, "tail": 1, "speedup": med["exact"] / med["pop"],
+                    "ceiling_macs": speedup_ceiling(arch, n, pop, 1, E=0, arm="identity"),
                     "ridgefill_over_pop": med["pop"] / med["ridgefill"]},
             "fill_order": {"default": "batched" if default_batched else "layer",
                            "other_order_speedup": med["exact"] / med["ridgefill-other-order"],
