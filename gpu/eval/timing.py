@@ -1,7 +1,7 @@
 """Time to first token per arm (paper 3.1's measured speedup beside the MAC ceiling of 2.5):
 each arm's prefill alone, with no lower pass shared between arms (a Session with
-``reuse_lower=False``), best of a few repeats; a selector's rows replayed through
-gpu.core.select.FixedRows isolate the selector's own cost."""
+``reuse_lower=False``), best of a few rounds that alternate the arms; a selector's rows
+replayed through gpu.core.select.FixedRows isolate the selector's own cost."""
 from __future__ import annotations
 
 import time
@@ -16,45 +16,51 @@ from .instruments import Arm, Session
 
 
 def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
-                     selector=None, repeats: int = 2) -> tuple[float, object]:
-    """Best of ``repeats`` wall times of one prefill (the first token's logits included)."""
-    best, pre = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        if selector is None:
-            pre = sess.prefill(arm, prompt, count=count, seed=seed)
-        else:
-            plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
-            pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
-                                                 prompt=prompt, logits_rows=1)
-        int(pre.last_logits.argmax())
-        best = min(best, time.perf_counter() - t0)
-    return best, pre
+                     selector=None) -> tuple[float, object]:
+    """Wall time of one prefill (the first token's logits included)."""
+    t0 = time.perf_counter()
+    if selector is None:
+        pre = sess.prefill(arm, prompt, count=count, seed=seed)
+    else:
+        plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
+        pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
+                                             prompt=prompt, logits_rows=1)
+    int(pre.last_logits.argmax())
+    return time.perf_counter() - t0, pre
 
 
 @torch.inference_mode()
 def time_arms(sess: Session, units, arms: list[Arm], n_units: int = 2,
-              progress: bool = True, replay: bool = True) -> dict:
-    """Prefill seconds per arm (best of 2, mean over ``n_units`` samples); with ``replay``,
-    selector arms also with the same rows replayed through FixedRows (the selector's own
-    cost = difference)."""
+              progress: bool = True, replay: bool = True, rounds: int = 2) -> dict:
+    """Prefill seconds per arm (best of ``rounds``, mean over ``n_units`` samples); with
+    ``replay``, selector arms also with the same rows replayed through FixedRows (the
+    selector's own cost = difference). On each sample one untimed prefill warms up, then
+    every round times every arm in turn, so a slow stretch of a shared machine is spread
+    over the arms instead of landing on whichever arm ran then (the first arms did)."""
     arms = [a for a in arms if a.control is None and not a.blind]  # controls cost the same
     out: dict[str, dict] = {a.name: {"prefill": [], "replay": [], "macs_share": []} for a in arms}
-    bar = tqdm(total=len(units[:n_units]) * len(arms), desc=f"{sess.loaded.name} timing",
+    bar = tqdm(total=len(units[:n_units]) * len(arms) * rounds, desc=f"{sess.loaded.name} timing",
                unit="arm", disable=not progress, dynamic_ncols=True)
     for u in units[:n_units]:
+        _prefill_seconds(sess, arms[0], u.prompt, 0, u.seed)  # warm-up, untimed
         counts: dict[str, int] = {}
+        best: dict[str, list[float]] = {a.name: [float("inf"), float("inf")] for a in arms}
+        for _ in range(rounds):
+            for arm in arms:
+                bar.update()
+                s, pre = _prefill_seconds(sess, arm, u.prompt, counts.get(arm.of, 0), u.seed)
+                best[arm.name][0] = min(best[arm.name][0], s)
+                if arm.name not in counts:
+                    out[arm.name]["macs_share"].append(sess.macs_share(arm, pre, u.prompt.n))
+                    counts[arm.name] = int(pre.plan.exact_rows.size) if pre.plan is not None else 0
+                if replay and arm.selects:
+                    fixed = select.FixedRows(given=np.asarray(pre.plan.exact_rows))
+                    r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
+                    best[arm.name][1] = min(best[arm.name][1], r)
         for arm in arms:
-            bar.update()
-            s, pre = _prefill_seconds(sess, arm, u.prompt, counts.get(arm.of, 0), u.seed)
-            out[arm.name]["prefill"].append(s)
-            out[arm.name]["macs_share"].append(sess.macs_share(arm, pre, u.prompt.n))
-            if pre.plan is not None:
-                counts[arm.name] = int(pre.plan.exact_rows.size)
+            out[arm.name]["prefill"].append(best[arm.name][0])
             if replay and arm.selects:
-                fixed = select.FixedRows(given=np.asarray(pre.plan.exact_rows))
-                r, _ = _prefill_seconds(sess, arm, u.prompt, 0, u.seed, selector=fixed)
-                out[arm.name]["replay"].append(r)
+                out[arm.name]["replay"].append(best[arm.name][1])
     bar.close()
     res = {}
     for name, d in out.items():
