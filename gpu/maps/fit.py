@@ -154,7 +154,8 @@ def _dist(device: torch.device):
 
 def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     """The capture pass: moments for every split, resumable, sharded under torchrun. Returns
-    (moments, unigram counts, log, tokens this process captured)."""
+    (moments, unigram counts, log, [(ids, seconds)] of each document this process captured:
+    its speed)."""
     tok, model = loaded.tokenizer, loaded.model
     engine = Engine(model)
     L, d = loaded.n_layers, model.config.get_text_config().hidden_size
@@ -178,10 +179,12 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     used = resumed_tokens = sum(log["docs"].values())
     bar = tqdm(total=budget, initial=used, unit="tok", desc=f"capture (rank {rank})",
                disable=not progress, dynamic_ncols=True)
+    timed: list[tuple[torch.Tensor, float]] = []
     for i in range(done, len(mine)):
         if used >= budget:
             break
         doc = mine[i]
+        t0 = time.perf_counter()
         ids = tok(doc.text, return_tensors="pt").input_ids[:, : min(opts.doc_tokens, budget - used)]
         xs = capture(engine, ids.to(model.device), first)
         if not all(np.isfinite(x).all() for x in xs.values()):
@@ -195,14 +198,14 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
             log["docs"][doc.doc_id] = int(ids.shape[1])
             used += int(ids.shape[1])
             bar.update(int(ids.shape[1]))
+            timed.append((ids, time.perf_counter() - t0))
         if (i + 1) % opts.checkpoint_every == 0:
             ckpt.save(moments, unigram, i + 1, log)
     bar.close()
     ckpt.save(moments, unigram, len(mine), log)
-    fresh = used - resumed_tokens  # tokens this process captured (its speed; this rank's)
     if dist:
         moments, unigram, log = _all_reduce(dist, moments, unigram, log, model.device)
-    return moments, unigram, log, fresh
+    return moments, unigram, log, timed
 
 
 def _all_reduce(dist, moments, unigram, log, device: torch.device):
@@ -323,28 +326,37 @@ def terminal_state_shift(engine: Engine, captures, split: int, layer: int, A: np
     return total / count, count
 
 
-FORWARD_REPEATS = 3
+SPEED_DOCS = 3  # captured documents the plain forward is timed on (one forward each)
 
 
-def throughput(loaded: Loaded, doc, doc_tokens: int, tokens: int, seconds: float) -> dict:
-    """Capture speed against the model's own forward (issue 21): tokens per second of the
-    capture pass (``tokens`` captured by this process in ``seconds``; 0 when all was resumed)
-    and of a plain forward over the first calibration document at the capture's length (the
-    median of ``FORWARD_REPEATS``: one forward on a shared CPU moved by 15%), and their ratio."""
-    ids = loaded.tokenizer(doc.text, return_tensors="pt").input_ids[:, :doc_tokens]
-    ids = ids.to(loaded.model.device)
-    seconds_each = []
+def throughput(loaded: Loaded, timed: list[tuple[torch.Tensor, float]]) -> dict:
+    """Capture speed against the model's own forward at the same length (issue 21). ``timed``:
+    (ids, seconds) of each document this process captured (tokenizing, the capture forward,
+    the moment update). The longest ``SPEED_DOCS`` of them (the first left out: it warms up)
+    each get one plain forward of the same ids; the share is the median over those documents
+    of forward seconds / capture seconds (paired: documents differ in length, and the
+    per-token cost with it). Also the capture's tokens per second over the whole pass."""
+    if not timed:  # everything was resumed from the checkpoint
+        return {"capture_tokens_per_second": None, "capture_share_of_forward": None}
+    pool = timed[1:] or timed
+    chosen = sorted(pool, key=lambda t: -t[0].shape[1])[:SPEED_DOCS]
+    forward = []
     with torch.inference_mode():
-        for _ in range(FORWARD_REPEATS):
+        for ids, _ in chosen:
+            ids = ids.to(loaded.model.device)
             t = time.perf_counter()
             loaded.model(input_ids=ids, use_cache=False, logits_to_keep=1)
             if ids.device.type == "cuda":
                 torch.cuda.synchronize()
-            seconds_each.append(time.perf_counter() - t)
-    forward = ids.shape[1] / statistics.median(seconds_each)
-    capture_tps = tokens / max(seconds, 1e-9)
-    return {"capture_tokens_per_second": capture_tps, "forward_tokens_per_second": forward,
-            "forward_tokens": int(ids.shape[1]), "capture_share_of_forward": capture_tps / forward}
+            forward.append(time.perf_counter() - t)
+    n = [int(ids.shape[1]) for ids, _ in chosen]
+    return {"capture_tokens_per_second": sum(int(i.shape[1]) for i, _ in timed)
+            / max(sum(s for _, s in timed), 1e-9),
+            "forward_tokens_per_second": sum(n) / sum(forward),
+            "paired_capture_tokens_per_second": sum(n) / sum(s for _, s in chosen),
+            "forward_tokens": n,
+            "capture_share_of_forward": statistics.median(
+                f / s for f, (_, s) in zip(forward, chosen))}
 
 
 def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Path]:
@@ -358,14 +370,15 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
                                  "--correction)")
     fit_docs, held_docs = documents(opts)
     t0 = time.perf_counter()
-    moments, unigram, log, fresh = accumulate(loaded, opts, fit_docs, progress)
+    moments, unigram, log, timed = accumulate(loaded, opts, fit_docs, progress)
     capture_s = time.perf_counter() - t0
-    speed = throughput(loaded, fit_docs[0], opts.doc_tokens, fresh, capture_s)
-    if progress:
-        tqdm.write(f"capture: {speed['capture_tokens_per_second']:.0f} tok/s, "
+    speed = throughput(loaded, timed)
+    if progress and speed["capture_share_of_forward"] is not None:
+        tqdm.write(f"capture: {speed['capture_tokens_per_second']:.0f} tok/s; on "
+                   f"{len(speed['forward_tokens'])} of its documents "
+                   f"({'/'.join(map(str, speed['forward_tokens']))} tokens) "
                    f"{100 * speed['capture_share_of_forward']:.0f}% of the model's own forward "
-                   f"({speed['forward_tokens_per_second']:.0f} tok/s at "
-                   f"{speed['forward_tokens']} tokens)")
+                   "(median per document)")
     dist = _dist(loaded.model.device)
     if dist and dist.get_rank() != 0:
         dist.barrier()
