@@ -8,9 +8,9 @@ row, so a filled row whose weight crosses ``threshold`` anywhere is always flagg
 is sound; it may flag more). Flagged rows, completed to their words and digit runs
 (rfmodel.selectors.complete_spans), become exact prefix rows: the prompt is prefilled again
 with them exact (the lower pass reused), the tokens decoded so far are fed again in one
-pass, and the step is redone, and checked again. It needs no question at prefill time. The first answer
-token comes from the prefill's last row, as in RidgeFill's own prefill: the check starts
-with the first decoding step.
+pass, and the step is redone, and checked again. It needs no question at prefill time. The
+first answer token comes from the prefill's last row, as in RidgeFill's own prefill: the
+check starts with the first decoding step.
 
 When no filled row is left (every row repaired, or none filled), a step is the stock forward
 (gpu.core.engine.Feeder), so decoding is then bitwise that of exact prefill.
