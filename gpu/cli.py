@@ -184,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--threads", type=int, help="torch CPU threads")
     v.add_argument("--out-dir", type=Path, default=Path("results/advise"))
     v.add_argument("--quiet", action="store_true", help="no progress bars")
+    v.add_argument("--confirm-samples", type=int,
+                   help="needle samples per task and length that confirm a configuration the "
+                        "frontier passed (default: gpu.tools.advise.CONFIRM; 0: the frontier "
+                        "alone decides)")
+    v.add_argument("--confirm-docs", type=int, help="documents of the confirmation")
+    v.add_argument("--confirm-tries", type=int,
+                   help="configurations confirmed at most, cheapest first; none confirmed: "
+                        "exact prefill")
     v.add_argument("--no-check", action="store_true",
                    help="skip the rerun of the recommendation on samples the advisor never saw")
     v.add_argument("--check-seed", type=int,
@@ -208,7 +216,10 @@ def _cmd_advise(a) -> int:
         out_dir=a.out_dir, samples=a.samples, docs=a.docs, tails=a.tails, calib=a.calib,
         seed=a.seed, device=a.device, dtype=_dtype(a.dtype), progress=not a.quiet,
         check=not a.no_check, check_seed=a.check_seed, check_samples=a.check_samples,
-        check_docs=a.check_docs)
+        check_docs=a.check_docs,
+        **{f"confirm_{k}": v for k, v in (("samples", a.confirm_samples),
+                                           ("docs", a.confirm_docs),
+                                           ("tries", a.confirm_tries)) if v is not None})
     return 0
 
 

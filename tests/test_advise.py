@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gpu.eval import minimodel
-from gpu.tools.advise import BUDGET, HeldOutTexts, held_out, recommend
+from gpu.tools.advise import BUDGET, CONFIRM, HeldOutTexts, confirm_budget, held_out, recommend
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,8 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
         out = tmp_path / "advise"
         assert main(["advise", "--model", str(model), "--lengths", "512", "--tails", "1", "96",
                      "--samples", "1", "--docs", "1", "--calib", str(calib), "--out-dir",
-                     str(out), "--budget", "retrieval=100", "key=9", "--quiet"]) == 0
+                     str(out), "--budget", "retrieval=100", "key=9", "--quiet",
+                     "--confirm-samples", "1", "--confirm-docs", "1"]) == 0
     finally:
         torch.set_num_threads(threads)
     printed = capsys.readouterr().out
@@ -39,6 +40,11 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge"}
     assert not any(r["splice"] or r["check"] for r in advice["frontier"])  # prefill configs
     assert advice["texts"] == "heldout-calibration"
+    # confirmed on other held-out samples: the cheapest keeps a budget everything keeps
+    [conf] = advice["confirmations"]
+    assert conf["arm"] == rec["arm"] and conf["keeps_budget"] and rec["confirmation"] == conf
+    assert conf["seed"] == CONFIRM["seed_offset"] and conf["samples"] == advice["samples"]
+    assert (out / "confirm" / "tiny-llama" / "report.json").is_file()
     fresh = advice["fresh_check"]  # rerun beside exact on samples it never saw
     assert fresh["arm"] == rec["arm"] and fresh["seed"] == 1 and fresh["keeps_budget"]
     assert fresh["vs_exact"] is not None and "never saw" in printed
@@ -48,6 +54,7 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
         assert main(["advise", "--model", str(model), "--lengths", "512", "--tails", "1", "96",
                      "--samples", "1", "--docs", "1", "--calib", str(calib), "--out-dir",
                      str(out), "--budget", "retrieval=100", "key=9", "--quiet",
+                     "--confirm-samples", "1", "--confirm-docs", "1",
                      "--check-seed", "5", "--check-samples", "2", "--check-docs", "2"]) == 0
     finally:
         torch.set_num_threads(threads)
@@ -79,6 +86,32 @@ def test_rule_cheapest_within_budget_else_exact():
     assert recommend(s, BUDGET)["flags"].endswith("--rows none --rescale values")
     none = recommend(s, {"retrieval": 0.0, "key": -1.0})
     assert none["arm"] == "exact" and not none["keeps_budget"]
+
+
+def test_rule_confirms_the_screened_configurations_cheapest_first():
+    s = {"rows": [{"arm": "exact", "macs_share": 1.0, "vs_exact": None},
+                  row("a", 0.5, 60.0, -40.0, 0.1), row("c", 0.7, 97.0, -3.0, 0.2),
+                  row("d", 0.8, 100.0, 0.0, 0.0), row("f", 0.9, 100.0, 0.0, 0.0)]}
+    half = confirm_budget(BUDGET)
+    assert half == {"retrieval": BUDGET["retrieval"] * CONFIRM["margin"], "key": BUDGET["key"]}
+
+    def conf(arm, drop, key=0.0):
+        r = {"arm": arm, "vs_exact": {"estimate": drop}, "dnll_key": {"estimate": key}}
+        from gpu.tools.advise import keeps
+        return {**r, "keeps_budget": keeps(r, half)}
+
+    # c kept the budget on the frontier (-3 points) but not the halved one on its
+    # confirmation (-3.75 < -2.5): d, the next cheapest, is confirmed and wins
+    confirmed = {"c": conf("c", -3.75), "d": conf("d", -2.5)}
+    assert not confirmed["c"]["keeps_budget"] and confirmed["d"]["keeps_budget"]
+    rec = recommend(s, BUDGET, confirmed)
+    assert rec["arm"] == "d" and rec["confirmation"] == confirmed["d"]
+    # a confirmation over the key-token budget fails too
+    assert recommend(s, BUDGET, {"c": conf("c", 0.0, key=0.6), "d": conf("d", 0.0)})["arm"] == "d"
+    # the search stops at the first configuration not confirmed (tries spent): exact
+    out = recommend(s, BUDGET, {"c": conf("c", -5.0)})
+    assert out["arm"] == "exact" and not out["keeps_budget"] and "confirmation" in out["why"]
+    assert recommend(s, BUDGET)["arm"] == "c"  # no confirmation: the screen alone decides
 
 
 def test_held_out_text_is_what_the_fit_never_captures(tmp_path):

@@ -39,7 +39,9 @@ def test_the_table_is_the_rule_applied_to_the_committed_frontier(model):
     assert advice["model"] == model and advice["complete"]
     rec = advice["recommendation"]
     assert rec["budget"] == BUDGET  # the advisor's default budget, as the module states
-    again = recommend({"rows": advice["frontier"]}, BUDGET)
+    confirmed = (None if advice.get("confirmations") is None else
+                 {c["arm"]: c for c in advice["confirmations"]})
+    again = recommend({"rows": advice["frontier"]}, BUDGET, confirmed)
     assert again["arm"] == rec["arm"]
     expected = ({"fill": "exact"} if not again["keeps_budget"] else
                 {k: v for k, v in again["config"].items() if k in advised.ADVISABLE})

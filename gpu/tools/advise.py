@@ -10,9 +10,11 @@
    ``--lengths`` and its key-token dNLL on documents, both on held-out calibration text:
    documents of the calibration source the capture never read (the built-in set's lambda
    role, or the last fifth of a ``--calib`` folder, which only scores lambda).
-4. The recommendation follows :func:`recommend`'s rule, stated before any number; the MAC
-   ceiling (1 / MAC share) and the measured prefill speedup are printed beside it; then it
-   is rerun beside exact on samples the advisor never saw (:func:`verify`).
+4. The recommendation follows :func:`recommend`'s rule, stated before any number: the
+   frontier screens, then the configurations that keep the budget there are confirmed one
+   at a time, cheapest first, on more held-out needles at another seed (:func:`confirm`);
+   the MAC ceiling (1 / MAC share) and the measured prefill speedup are printed beside it;
+   then it is rerun beside exact on samples the advisor never saw (:func:`verify`).
 
 Writes ``<out>/<model>/advice.json`` and ``advice.png`` beside the frontier's files.
 """
@@ -39,6 +41,11 @@ from ..eval.instruments import Arm
 from ..eval.units import CorpusTexts
 
 BUDGET = {"retrieval": 5.0, "key": 0.5}  # points below exact; key-token dNLL, nats
+# The confirmation: needle samples per task and length (10: 40 needles at two lengths, a
+# needle 2.5 points, finer than the budget), documents, how many screened configurations
+# at most, the share of the retrieval allowance it must keep (a promise made on one sample
+# must survive the next one's noise), and its seed offset (no default rerun uses it).
+CONFIRM = {"samples": 10, "docs": 8, "tries": 4, "margin": 0.5, "seed_offset": 100}
 DIAGNOSTICS = ("*/splice-*",)  # the frontier's arms no user can run (they read exact's cache)
 
 
@@ -97,6 +104,47 @@ def keeps(row: dict, budget: dict) -> bool:
     return row["vs_exact"]["estimate"] >= -budget["retrieval"] and (key is None or key <= budget["key"])
 
 
+def beside_exact(lm, cfg, where: Path, texts, maps, arm: Arm, budget: dict,
+                 progress: bool) -> dict:
+    """``arm`` run beside exact on ``cfg``'s samples (a resumable journal in ``where``): its
+    paired retrieval and key-token dNLL against exact, and whether they keep ``budget``."""
+    rep = evaluate_model(lm, cfg, where, texts, maps=maps, arms=[Arm("exact", "exact"), arm],
+                         progress=progress, command="ridgefill " + " ".join(sys.argv[1:]))
+    row = {"vs_exact": rep["needles"]["arms"][arm.name]["vs_exact"],
+           "dnll_key": rep.get("documents", {}).get("arms", {}).get(arm.name, {}).get("dnll_key")}
+    return {**row, "arm": arm.name, "seed": cfg.seed, "samples": rep["counts"]["needle_samples"],
+            "documents": rep["counts"]["documents"], "keeps_budget": keeps(row, budget)}
+
+
+def confirm(lm, candidates: list[dict], budget: dict, grid: dict, out_dir: Path, texts,
+            calib: str, fit_kw: dict | None, progress: bool, samples: int = CONFIRM["samples"],
+            docs: int = CONFIRM["docs"], tries: int = CONFIRM["tries"]) -> dict[str, dict]:
+    """The rule's second step: the configurations that kept the budget on the frontier
+    (``candidates``, in :func:`screened`'s order), each rerun beside exact on ``samples`` needles per
+    task and length and ``docs`` documents of the same held-out text at seed + 100, until one
+    keeps the budget with its retrieval allowance scaled by CONFIRM['margin'] or ``tries``
+    have been run. Written to ``<out>/confirm/<model>`` (resumable)."""
+    cfg, fr = frontier.frontier_config(lm, **grid)
+    by_name = {a.name: a for a in fr.arms()}
+    maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
+    cfg = replace(cfg, seed=grid["seed"] + CONFIRM["seed_offset"], samples=samples, docs=docs,
+                  instruments=("needle", "loss") if docs else ("needle",),
+                  minimum={"samples": samples, "docs": docs, "domains": min(4, docs)})
+    done: dict[str, dict] = {}
+    for r in candidates[:tries]:
+        done[r["arm"]] = {**beside_exact(lm, cfg, out_dir / "confirm", texts, maps,
+                                         by_name[r["arm"]], confirm_budget(budget), progress),
+                          "texts": texts.name}
+        if done[r["arm"]]["keeps_budget"]:
+            break
+    return done
+
+
+def confirm_budget(budget: dict) -> dict:
+    """The budget a confirmation must keep: the retrieval allowance times CONFIRM['margin']."""
+    return {**budget, "retrieval": budget["retrieval"] * CONFIRM["margin"]}
+
+
 def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: str,
            fit_kw: dict | None, progress: bool, seed: int | None = None,
            samples: int | None = None, docs: int | None = None) -> dict:
@@ -112,14 +160,9 @@ def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: st
     maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
     size = {k: v for k, v in (("samples", samples), ("docs", docs)) if v is not None}
     where = out_dir / ("verify" if seed == grid["seed"] + 1 else f"verify-seed{seed}")
-    rep = evaluate_model(lm, replace(cfg, seed=seed, **size), where, CorpusTexts(),
-                         maps=maps, arms=[Arm("exact", "exact"), arm], progress=progress,
-                         command="ridgefill " + " ".join(sys.argv[1:]))
-    row = {"vs_exact": rep["needles"]["arms"][arm_name]["vs_exact"],
-           "dnll_key": rep.get("documents", {}).get("arms", {}).get(arm_name, {}).get("dnll_key")}
-    return {**row, "arm": arm_name, "seed": seed, "texts": "builtin eval role",
-            "samples": rep["counts"]["needle_samples"], "documents": rep["counts"]["documents"],
-            "keeps_budget": keeps(row, budget)}
+    row = beside_exact(lm, replace(cfg, seed=seed, **size), where, CorpusTexts(), maps, arm,
+                       budget, progress)
+    return {**row, "texts": "builtin eval role"}
 
 
 def earlier_checks(advice_path: Path, arm: str, fresh: dict | None) -> list[dict]:
@@ -143,29 +186,45 @@ def measured_all(report_path: Path) -> bool:
     return bool(want) and all(rep["counts"].get(k, 0) >= v for k, v in want.items())
 
 
-def recommend(summary: dict, budget: dict) -> dict:
-    """The rule, stated before any number: a configuration keeps the budget when its
+def screened(summary: dict, budget: dict) -> list[dict]:
+    """The frontier's configurations that keep ``budget`` (point estimates, :func:`keeps`), in
+    the rule's order: lowest MAC share, then higher retrieval, then lower key-token dNLL."""
+    ok = [r for r in summary["rows"]
+          if r["arm"] != "exact" and r["macs_share"] is not None and keeps(r, budget)]
+    return sorted(ok, key=lambda r: (r["macs_share"], -r["retrieval"],
+                                     (r["dnll_key"] or {}).get("estimate") or 0.0))
+
+
+def recommend(summary: dict, budget: dict, confirmed: dict[str, dict] | None = None) -> dict:
+    """The rule, stated before any number. Screen: a configuration keeps the budget when its
     retrieval is at most ``budget['retrieval']`` points below exact (point estimate of the
     paired difference) and its key-token dNLL against exact is at most ``budget['key']``
-    nats (point estimate; a run with no key tokens is judged on retrieval alone). Among
-    those, the lowest MAC share wins; ties go to higher retrieval, then lower key dNLL.
-    When none keeps the budget, the advice is exact prefill."""
-    ok = []
-    for r in summary["rows"]:
-        if r["arm"] != "exact" and r["macs_share"] is not None and keeps(r, budget):
-            key = (r["dnll_key"] or {}).get("estimate")
-            ok.append((r["macs_share"], -r["retrieval"], key if key is not None else 0.0, r))
-    if not ok:
+    nats (point estimate; a run with no key tokens is judged on retrieval alone); those are
+    ordered by :func:`screened`. Confirm (``confirmed``: arm -> :func:`confirm`'s rerun): the
+    first, in that order, whose confirmation keeps the budget with the retrieval allowance
+    scaled by CONFIRM['margin'] wins; one not confirmed stops the search. Without
+    ``confirmed`` the screen's first wins. When none wins, the advice is exact prefill."""
+    r = None
+    for row in screened(summary, budget):
+        if confirmed is None:
+            r = row
+        elif row["arm"] in confirmed and confirmed[row["arm"]]["keeps_budget"]:
+            r = row
+        elif row["arm"] in confirmed:
+            continue
+        break
+    if r is None:
+        why = ("no configuration keeps the budget" if confirmed is None else
+               "no configuration keeps the budget on the frontier and then on its confirmation")
         return {"arm": "exact", "keeps_budget": False, "budget": budget,
-                "why": "no configuration keeps the budget: use exact prefill (--fill exact)"}
-    r = min(ok, key=lambda t: t[:3])[3]
+                "why": why + ": use exact prefill (--fill exact)"}
     flags = {"split": r["split"], "tail": r["tail"], "fill": r["fill"], "rows": r["rows"],
              **({"rescale": r["rescale"]} if r["rescale"] else {})}
     return {"arm": r["arm"], "keeps_budget": True, "budget": budget, "config": flags,
             "flags": " ".join(f"--{k} {v}" for k, v in flags.items()),
             "retrieval": r["retrieval"], "vs_exact": r["vs_exact"], "dnll_key": r["dnll_key"],
             "macs_share": r["macs_share"], "mac_ceiling": r["mac_ceiling"],
-            "speedup": r["speedup"]}
+            "speedup": r["speedup"], "confirmation": (confirmed or {}).get(r["arm"])}
 
 
 def table(summary: dict) -> str:
@@ -189,10 +248,12 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
         fit_kw: dict | None = None,
         loss_length: int | None = None, timing_units: int = 1, check: bool = True,
         check_seed: int | None = None, check_samples: int | None = None,
-        check_docs: int | None = None) -> dict:
+        check_docs: int | None = None, confirm_samples: int = CONFIRM["samples"],
+        confirm_docs: int = CONFIRM["docs"], confirm_tries: int = CONFIRM["tries"]) -> dict:
     """Run the advisor on ``model`` (or an already ``loaded`` one); returns the advice dict.
-    ``check``: rerun the recommendation on samples the advisor never saw (:func:`verify`,
-    with ``check_seed`` / ``check_samples`` / ``check_docs``)."""
+    ``confirm_*``: the rule's confirmation (:func:`confirm`; ``confirm_samples=0``: the screen
+    alone decides). ``check``: rerun the recommendation on samples the advisor never saw
+    (:func:`verify`, with ``check_seed`` / ``check_samples`` / ``check_docs``)."""
     budget = {**BUDGET, **(budget or {})}
     lm = loaded if loaded is not None else models.load(model, device=device, dtype=dtype)
     lengths = sorted(lengths or [2048, 4096])
@@ -204,14 +265,19 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
     [summary] = frontier.run([lm.name], out_dir=out_dir, timing_units=timing_units,
                              progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
                              calib=calib, **grid)
-    rec = recommend(summary, budget)
     complete = measured_all(out_dir / lm.name / "report.json")
+    confirmed = (confirm(lm, screened(summary, budget), budget, grid, out_dir, texts, calib,
+                         fit_kw, progress, confirm_samples, confirm_docs, confirm_tries)
+                 if confirm_samples and complete else None)
+    rec = recommend(summary, budget, confirmed)
     fresh = (verify(lm, rec["arm"], budget, grid, out_dir, calib, fit_kw, progress,
                     check_seed, check_samples, check_docs) if check and rec["keeps_budget"] else None)
     root = out_dir / lm.name
     advice = {"model": lm.name, "lengths": lengths, "calib": calib, "texts": texts.name,
               "seed": seed, "command": "ridgefill " + " ".join(sys.argv[1:]),
-              "fill_off_bitwise_exact": exact_ok, "recommendation": rec, "fresh_check": fresh,
+              "fill_off_bitwise_exact": exact_ok, "recommendation": rec,
+              "confirmations": None if confirmed is None else list(confirmed.values()),
+              "fresh_check": fresh,
               "earlier_checks": earlier_checks(root / "advice.json", rec["arm"], fresh),
               "complete": complete, "study_size_notes": summary["partial_reasons"],
               "frontier": summary["rows"],
@@ -223,6 +289,12 @@ def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = N
         print("the run stopped before every record was measured: rerun the command to resume")
     print(f"\nbudget: retrieval within {budget['retrieval']:g} points of exact, key-token dNLL "
           f"<= {budget['key']:g} nats; fill off reproduces exact bitwise: {exact_ok}")
+    for c in advice["confirmations"] or []:
+        print(f"confirmation of {c['arm']} on {c['samples']} held-out needles and "
+              f"{c['documents']} documents (seed {c['seed']}): retrieval "
+              f"{interval(c['vs_exact'])} points vs exact, key-token dNLL "
+              f"{interval(c['dnll_key'], '+.3f')} nats; keeps the budget with "
+              f"{CONFIRM['margin']:g} of the retrieval allowance: {c['keeps_budget']}")
     if rec["keeps_budget"]:
         print(f"recommended: {rec['arm']} ({rec['flags']}): MAC share {rec['macs_share']:.3f} "
               f"(ceiling {rec['mac_ceiling']:.2f}x), measured speedup "
