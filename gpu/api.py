@@ -1,7 +1,7 @@
 """The Python API: RidgeFill prefill on a loaded model, then ordinary decoding.
 
     from gpu.api import RidgeFill
-    rf = RidgeFill.load("smollm2-135m", "maps.safetensors", tail=512, rows="lexical")
+    rf = RidgeFill.load("smollm2-135m", "maps.safetensors", fill="ridge", tail=512, rows="lexical")
     out = rf.generate("long document ...", question="What is ...?", chat=True)
     cache = rf.cache(input_ids)          # an ordinary transformers cache of all but the last
     rf.loaded.model.generate(input_ids, cache=cache, max_new_tokens=32)   # token
@@ -54,6 +54,12 @@ class RidgeFill:
     def __init__(self, loaded: models.Loaded, maps: MapSet | None = None,
                  config: PrefillConfig | None = None, **settings):
         config = _config(config, settings, loaded.name)
+        if maps is not None and config.fill == "exact":
+            raise ValueError(
+                f"maps were given but the configuration's fill is 'exact' (for a built-in model "
+                f"the advised default when no configuration kept the advisor's budget: "
+                f"gpu/core/advised.py); pass fill='ridge' (CLI: --fill ridge) to use the maps, "
+                f"or leave the maps out for exact prefill")
         self.loaded, self.maps = loaded, maps
         self.engine = Engine(loaded.model, maps)
         self.config = self.engine.resolve(config)  # checked once, here, not at the first prompt

@@ -92,3 +92,27 @@ def test_generate_applies_only_the_flags_given(monkeypatch, capsys):
         cli.main(["generate", "--model", str(tiny.path), "--device", "cpu", "--prompt", "abc",
                   "--tail", "5"])
     assert seen["config"] == PrefillConfig(split=2, tail=5, fill="identity", rows="none")
+
+
+def test_an_exact_advice_refuses_maps_by_name_and_the_demo_says_what_it_shows(monkeypatch):
+    """Where the advisor advises exact prefill, maps given without fill='ridge' would be
+    ignored: they are refused with the fix; the demo shows the ridge fill at POP native's
+    split and says the advice is exact."""
+    from gpu.core.config import pop_split
+    from gpu.tools.demo import showcase
+
+    tiny = load_tiny("llama")
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {"fill": "exact"})
+    assert RidgeFill(tiny).config.fill == "exact"
+    maps = _maps(tiny, split=1)
+    with pytest.raises(ValueError, match="maps were given but the configuration's fill is "
+                                         "'exact'.*pass fill='ridge'"):
+        RidgeFill(tiny, maps)
+    assert RidgeFill(tiny, maps, fill="ridge").config.split == 1  # the maps' split
+    split, cfg, note = showcase(tiny)
+    assert split == pop_split(tiny.n_layers) and cfg == PrefillConfig(split=split, tail=1,
+                                                                      fill="ridge", rows="none")
+    assert "advises exact prefill" in note
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {"split": 2, "tail": 7, "fill": "identity",
+                                                     "rows": "none"})
+    assert showcase(tiny) == (2, advised.default_config(tiny.name), "")

@@ -3,8 +3,11 @@
 
 The rule comes before the numbers: it is gpu.tools.advise.recommend with the advisor's
 default budget (filled-region retrieval at most 5 points below exact, key-token dNLL at most
-0.5 nats, both point estimates on held-out calibration text); among the configurations that
-keep it, the lowest MAC share; when none keeps it, exact prefill. :data:`ADVISED` copies each
+0.5 nats, both point estimates on held-out calibration text): the configurations that keep it
+on the advisor's frontier, cheapest first, are confirmed on 40 more held-out needles, and the
+first that keeps it there with half the retrieval allowance wins; when none does, exact
+prefill (``{"fill": "exact"}``: maps given to such a model are refused unless the caller
+asks for ``fill='ridge'``). :data:`ADVISED` copies each
 built-in model's recommendation from ``results/advise/<model>/advice.json`` (command, seed and
 sample counts there); tests/test_advised.py checks it against that file, so a rerun of the
 advisor that changes the answer fails until this table follows it.
@@ -20,12 +23,17 @@ from .config import PrefillConfig, paper_split
 
 ADVISABLE = ("split", "tail", "fill", "rows", "rescale")  # what the advisor chooses
 ADVISED: dict[str, dict] = {
-    # `ridgefill advise --model smollm2-135m --threads 2` (seed 0; 16 needle samples at 2K/4K,
-    # 4 held-out documents): ridge@20/t1, MAC share 0.702
-    "smollm2-135m": {"split": 20, "tail": 1, "fill": "ridge", "rows": "none"},
-    # `ridgefill advise --model gemma3-270m --threads 2` (same sizes): POP native's own
-    # configuration, identity fill from split 12 with a one-token tail, MAC share 0.683; the
-    # ridge fill at that split and tail keeps the budget too but costs 0.703
+    # `ridgefill advise --model smollm2-135m --threads 2 --check-seed 3 --check-samples 10
+    # --check-docs 8` (seed 0; 16 needle samples at 2K/4K and 4 held-out documents screen, 40
+    # needles and 8 documents at seed 100 confirm): exact prefill. Four configurations kept the
+    # budget on the screen (ridge@20 with tails 1 / 512 / 1024, the lexical rows at tail 1);
+    # none kept it on the confirmation (-12.5, -7.5, -7.5, -7.5 points), and POP native lost
+    # 18.8 points on the screen.
+    "smollm2-135m": {"fill": "exact"},
+    # `ridgefill advise --model gemma3-270m --threads 2 --check-seed 3 --check-samples 10
+    # --check-docs 8` (same sizes): POP native's own configuration, identity fill from split
+    # 12 with a one-token tail, MAC share 0.683, confirmed at -2.5 points; the ridge fill at
+    # that split and tail kept the screen too but costs 0.703
     "gemma3-270m": {"split": 12, "tail": 1, "fill": "identity", "rows": "none"},
 }
 
