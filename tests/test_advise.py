@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from gpu.eval import minimodel
-from gpu.tools.advise import BUDGET, CONFIRM, HeldOutTexts, confirm_budget, held_out, recommend
+from gpu.tools.advise import (BUDGET, CONFIRM, HeldOutTexts, confirm_budget, held_out, keeps,
+                              recommend)
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +98,6 @@ def test_rule_confirms_the_screened_configurations_cheapest_first():
 
     def conf(arm, drop, key=0.0):
         r = {"arm": arm, "vs_exact": {"estimate": drop}, "dnll_key": {"estimate": key}}
-        from gpu.tools.advise import keeps
         return {**r, "keeps_budget": keeps(r, half)}
 
     # c kept the budget on the frontier (-3 points) but not the halved one on its

@@ -104,6 +104,15 @@ def keeps(row: dict, budget: dict) -> bool:
     return row["vs_exact"]["estimate"] >= -budget["retrieval"] and (key is None or key <= budget["key"])
 
 
+def grid_arms_maps(lm, grid: dict, out_dir: Path, calib: str, fit_kw: dict | None,
+                   progress: bool) -> tuple:
+    """(the frontier's harness config, its arms by name, its maps) of the advisor's ``grid``:
+    what the confirmation and the rerun start from."""
+    cfg, fr = frontier.frontier_config(lm, **grid)
+    maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
+    return cfg, {a.name: a for a in fr.arms()}, maps
+
+
 def beside_exact(lm, cfg, where: Path, texts, maps, arm: Arm, budget: dict,
                  progress: bool) -> dict:
     """``arm`` run beside exact on ``cfg``'s samples (a resumable journal in ``where``): its
@@ -124,9 +133,7 @@ def confirm(lm, candidates: list[dict], budget: dict, grid: dict, out_dir: Path,
     task and length and ``docs`` documents of the same held-out text at seed + 100, until one
     keeps the budget with its retrieval allowance scaled by CONFIRM['margin'] or ``tries``
     have been run. Written to ``<out>/confirm/<model>`` (resumable)."""
-    cfg, fr = frontier.frontier_config(lm, **grid)
-    by_name = {a.name: a for a in fr.arms()}
-    maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
+    cfg, by_name, maps = grid_arms_maps(lm, grid, out_dir, calib, fit_kw, progress)
     cfg = replace(cfg, seed=grid["seed"] + CONFIRM["seed_offset"], samples=samples, docs=docs,
                   instruments=("needle", "loss") if docs else ("needle",),
                   minimum={"samples": samples, "docs": docs, "domains": min(4, docs)})
@@ -155,13 +162,11 @@ def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: st
     a 5-point budget, so a larger rerun resolves it. Written to ``<out>/verify`` (the next
     seed) or ``<out>/verify-seed<S>``."""
     seed = grid["seed"] + 1 if seed is None else seed
-    cfg, fr = frontier.frontier_config(lm, **grid)
-    arm = next(a for a in fr.arms() if a.name == arm_name)
-    maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
+    cfg, by_name, maps = grid_arms_maps(lm, grid, out_dir, calib, fit_kw, progress)
     size = {k: v for k, v in (("samples", samples), ("docs", docs)) if v is not None}
     where = out_dir / ("verify" if seed == grid["seed"] + 1 else f"verify-seed{seed}")
-    row = beside_exact(lm, replace(cfg, seed=seed, **size), where, CorpusTexts(), maps, arm,
-                       budget, progress)
+    row = beside_exact(lm, replace(cfg, seed=seed, **size), where, CorpusTexts(), maps,
+                       by_name[arm_name], budget, progress)
     return {**row, "texts": "builtin eval role"}
 
 
@@ -206,13 +211,12 @@ def recommend(summary: dict, budget: dict, confirmed: dict[str, dict] | None = N
     ``confirmed`` the screen's first wins. When none wins, the advice is exact prefill."""
     r = None
     for row in screened(summary, budget):
-        if confirmed is None:
+        tried = None if confirmed is None else confirmed.get(row["arm"])
+        if confirmed is not None and tried is None:
+            break  # not confirmed (the tries were spent): the search stops
+        if tried is None or tried["keeps_budget"]:
             r = row
-        elif row["arm"] in confirmed and confirmed[row["arm"]]["keeps_budget"]:
-            r = row
-        elif row["arm"] in confirmed:
-            continue
-        break
+            break
     if r is None:
         why = ("no configuration keeps the budget" if confirmed is None else
                "no configuration keeps the budget on the frontier and then on its confirmation")
