@@ -62,3 +62,16 @@ def test_merge_is_softmax_over_the_union_bf16(c, m, seed):
     got = prefix_then_causal(q, k, v, 0.25)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_without_the_merge_every_block_runs_masked(monkeypatch):
+    """Before torch 2.9 (no grouped heads in the CPU flash kernel) the tail runs masked, with
+    the same result."""
+    import gpu.core.attention as attention
+
+    q, k, v, allowed = _tail_case(300, 200, 5, 3)
+    fast = masked_attention(q, k, v, allowed, 0.25, block=64)
+    monkeypatch.setattr(attention, "CPU_MERGE", False)
+    plan = blocks(allowed, q.device, block=64)
+    assert not plan.fast
+    torch.testing.assert_close(attention.attend(plan, q, k, v, 0.25), fast, rtol=1e-5, atol=1e-6)

@@ -8,6 +8,9 @@ import torch
 import torch.nn.functional as F
 
 Span = tuple[int, int, int, int]  # query rows lo..hi-1 read key columns a..b-1
+# the CPU flash kernel returns its log-sum-exp and reads grouped K/V heads from torch 2.9 on
+# (pytorch#157893); before that every block runs under its mask
+CPU_MERGE = torch.__version__ >= "2.9"
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,8 @@ def blocks(allowed: torch.Tensor, device: torch.device, block: int = 512) -> Blo
         cols = torch.nonzero(allowed[lo:lo + block].any(0)).flatten()
         a, b = (int(cols[0]), int(cols[-1]) + 1) if cols.numel() else (0, 1)
         spans.append((lo, min(lo + block, n_q), a, b))
-    fast = tuple(s for s in spans if causal_after_prefix(allowed, s)) if device.type == "cpu" else ()
+    on = device.type == "cpu" and CPU_MERGE
+    fast = tuple(s for s in spans if causal_after_prefix(allowed, s)) if on else ()
     rest = tuple(s for s in spans if s not in fast)
     work = sum((hi - lo) * (b - a) for lo, hi, a, b in rest)
     return Blocks(allowed, fast, rest, not fast and work > 0.75 * n_q * n_k)
