@@ -17,9 +17,8 @@ from transformers import DynamicCache
 
 from rfmath.gating import filled_share
 
-from . import batched
+from . import attention, batched
 from .adapters import Adapter
-from . import attention
 from .attention import attention_probs, masked_attention
 from .cache import exact_entries, read_by_someone
 from .config import batched_by_default
