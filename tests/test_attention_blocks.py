@@ -43,7 +43,8 @@ def test_the_tail_takes_the_unmasked_kernels():
 
 
 def test_causal_after_prefix_needs_every_prefix_column():
-    """One hidden prefix column (a no-fill arm) or a window breaks the pattern."""
+    """One hidden prefix column (a no-fill arm) or a span one column short of the causal
+    square breaks the pattern."""
     _, _, _, allowed = _tail_case(64, 32, 0, 1)
     assert causal_after_prefix(allowed, (0, 32, 0, 96))
     hidden = allowed.clone()
