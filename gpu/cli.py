@@ -163,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     e.add_argument("--quiet", action="store_true", help="no progress bars")
     e.add_argument("--tails", type=int, nargs="+", help="frontier: exact tails (default 1 512 1024)")
+    e.add_argument("--fills", nargs="+", help="frontier: the fills of the grid (default ridge "
+                   "identity)")
+    e.add_argument("--cut", nargs="+", help="frontier: arm-name patterns left out (fnmatch; "
+                   "default: the model's cuts in gpu.eval.frontier.CUTS)")
     e.add_argument("--checks", type=float, nargs="+",
                    help="frontier: decode-time check thresholds at 5/8 depth (paper I.4; "
                         "default 0.5)")
@@ -307,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                 docs=8 if a.docs is None else a.docs, lengths=a.lengths, tails=a.tails,
                 checks=a.checks or CHECKS, seed=a.seed or 0, device=a.device,
                 timing_units=a.timing_units, progress=not a.quiet,
-                loss_length=a.loss_length or 4096,
+                loss_length=a.loss_length or 4096, cut=tuple(a.cut) if a.cut else None,
+                fills=tuple(a.fills or ("ridge", "identity")),
                 instruments=tuple(a.instruments or ("needle", "loss")))
             return 0
         if a.command == "eval":

@@ -1,6 +1,8 @@
 """Shared pytest/Hypothesis settings: CI runs a bounded number of examples per property."""
 import os
 
+import pytest
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -8,3 +10,14 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``large`` (the Qwen2.5-Coder models: minutes each) run only when asked
+    for with ``-m large`` (``make test-large``), so ``make test`` stays as fast as before."""
+    if "large" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="larger model: run with `make test-large`")
+    for item in items:
+        if "large" in item.keywords:
+            item.add_marker(skip)

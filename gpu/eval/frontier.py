@@ -53,7 +53,14 @@ TASKS = ("niah_single_1", "niah_multikey_1")
 CHECKS = (0.5,)
 LENGTHS = {"gemma3-270m": (4096, 8192)}  # filled-region needles (issue 20); others: 2K, 4K
 # gemma3's 4K/8K prompts cost about 3x smollm2's per run: arms left out to fit ~3 hours
-CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/t512")}
+# The Qwen2.5-Coder models cost 4x (0.5B) and 12x (1.5B) smollm2's prefill on 2 CPU cores (a 2K
+# exact prefill of the 0.5B: 7.6 s); cut, stated before their first run (2026-12-02), to the
+# arms that answer the size question in one ~3-hour session: no exact rows, the one-token tail,
+# the splits 1/2, 5/8 and POP's (the 0.5B keeps 5/8's splices); the rest is left for later runs
+_QWEN_CUT = ("*+*", "*/t512", "*/t1024", "*/rescale-*", "*/check-*")
+CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/t512"),
+        "qwen2.5-coder-0.5b": (*_QWEN_CUT, "*@6/*", "*@9/*"),
+        "qwen2.5-coder-1.5b": (*_QWEN_CUT, "*@7/*", "*@10/*", "*/splice-*")}
 
 
 def arm_name(fill: str, split: int, tail: int, rows: str = "none") -> str:
@@ -165,13 +172,15 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
     fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), fills=fills, checks=checks,
                   cut=cut if cut is not None else CUTS.get(loaded.name, ()))
     lengths = tuple(lengths or LENGTHS.get(loaded.name, (2048, 4096)))
-    rest = [s for s in fr.splits if s != fr.primary]
+    used = {a.split for a in fr.arms() if a.split is not None}  # maps only where arms run
+    primary = fr.primary if fr.primary in used else min(used)
+    rest = [s for s in fr.splits if s != primary and s in used]
     tail = max(fr.tails)  # needles lie before every arm's tail; key tokens see no prefix
     if tail < 2 or loss_length <= tail:
         raise ValueError(f"tails {fr.tails}: the longest must be at least 2 tokens (it holds "
                          f"the scored stretch) and shorter than the documents ({loss_length}); "
                          "pass other --tails or --loss-length")
-    cfg = replace(preset, splits=(fr.primary, *rest), tail=tail,
+    cfg = replace(preset, splits=(primary, *rest), tail=tail,
                   needles={n: TASKS for n in lengths}, samples=samples, docs=docs,
                   loss_length=loss_length, seed=seed,
                   score_tokens=min(preset.score_tokens, tail // 2),
