@@ -12,6 +12,7 @@ import re
 from dataclasses import MISSING, fields
 
 from .core.advised import ADVISABLE
+from .maps.files import KINDS
 from .core.config import PrefillConfig
 from .data.corpus import FetchError
 
@@ -102,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--max-tokens", type=int, default=40_000, help="calibration tokens in all")
     f.add_argument("--doc-tokens", type=int, default=4096, help="tokens per document at most")
     f.add_argument("--out", required=True, type=Path, help="map file (.safetensors)")
+    f.add_argument("--kinds", nargs="+", default=["ridge"], choices=KINDS,
+                   help="map kinds from the one capture: ridge (the paper's), anchored (shrunk "
+                        "toward the identity), kv (direct key/value maps); several: every kind "
+                        "but ridge adds -KIND to the file name")
     f.add_argument("--correction", action="store_true",
                    help="also measure DeltaM of the terminal-state correction (Gated DeltaNet "
                         "layers above the split) on the held-out documents")
@@ -230,21 +235,27 @@ def _cmd_advise(a) -> int:
 def _cmd_fit(a) -> int:
     from .core import models
     from .core.advised import default_split
-    from .maps.fit import DEFAULT_LAMBDAS, FitOptions, check_options, fit, rank_device
+    from .maps.fit import (DEFAULT_LAMBDAS, FitOptions, check_options, fit, output_path,
+                           rank_device)
 
     loaded = models.load(a.model, device=rank_device(a.device), dtype=_dtype(a.dtype))
     splits = a.splits or [default_split(loaded.name, loaded.n_layers)]
     opts = FitOptions(splits, a.out, a.calib, tuple(a.lambdas or DEFAULT_LAMBDAS),
-                      a.max_tokens, a.doc_tokens)
+                      a.max_tokens, a.doc_tokens, kinds=tuple(a.kinds))
     opts.correction = a.correction
     check_options(opts, loaded.n_layers)
-    for split, path in fit(loaded, opts).items():
-        meta = json.loads(path.with_suffix(".json").read_text())
-        cos = meta["heldout"]["cosine"]
-        k = sum(v["keys"] for v in cos.values()) / len(cos)
-        v = sum(v["values"] for v in cos.values()) / len(cos)
-        print(f"split {split}: lambda {meta['lambda']:.3g}, held-out cache-write cosine keys "
-              f"{k:.3f} values {v:.3f}, {meta['calibration']['rows']} rows -> {path}")
+    for split in fit(loaded, opts):
+        for kind in opts.kinds:
+            path = output_path(opts.out, split, len(opts.splits), kind, opts.kinds)
+            meta = json.loads(path.with_suffix(".json").read_text())
+            cos = meta["heldout"]["cosine"]
+            k = sum(v["keys"] for v in cos.values()) / len(cos)
+            v = sum(v["values"] for v in cos.values()) / len(cos)
+            lam = meta["lambda"]
+            lam = f"{lam:.3g}" if not isinstance(lam, dict) else (
+                f"{min(lam.values()):.3g}..{max(lam.values()):.3g} per layer")
+            print(f"split {split} ({kind}): lambda {lam}, held-out cache-write cosine keys "
+                  f"{k:.3f} values {v:.3f}, {meta['calibration']['rows']} rows -> {path}")
     return 0
 
 

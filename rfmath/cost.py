@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 LAYER_TYPES: tuple[str, ...] = ("attention", "sliding", "gdn")
-ARMS: tuple[str, ...] = ("exact", "ridgefill", "identity", "nofill")
+ARMS: tuple[str, ...] = ("exact", "ridgefill", "identity", "nofill", "kv")
 
 
 def exact_share(S: int, L: int, T: int, N: int) -> float:
@@ -195,6 +195,12 @@ def macs(
       of an attention layer, or a gdn layer's k, v, beta and gate projections and its state
       update (two passes);
     - "identity": as "ridgefill" without the map;
+    - "kv" (the direct cache-entry maps, beyond the paper): each filled row of an attention
+      layer costs only its map, ``d*2*Hkv*D``, which replaces the K and V projections: exactly
+      the identity fill's price (so the ceiling is POP's at the same split). Attention layers
+      only (a gdn layer has no direct map: ValueError). Keys and values from two fills cost
+      the keys' source for K plus the values' source for V: "ridgefill" when either reads an
+      input map (anchored maps cost what ridge maps cost), else "identity";
     - "nofill": filled rows cost nothing; the late layers run only over the E + T' exact rows,
       as if those rows were the whole sequence (each attends only to the exact rows before it).
 
@@ -230,6 +236,9 @@ def macs(
             raise ValueError(
                 f"E must be <= the prefix length N - min(T, N) = {N_ - tail}; got E={E_}."
             )
+    if arm_ == "kv" and "gdn" in arch.kinds[S_:]:
+        raise ValueError('arm="kv" maps attention cache entries; this architecture has gdn '
+                         f"layers at or above S={S_}. Use arm=\"ridgefill\".")
     prefix = N_ - tail
     filled = prefix - E_
     attn_per_key = 2 * arch.n_heads * arch.head_dim  # QK^T and AV per (query, key) pair

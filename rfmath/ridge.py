@@ -9,6 +9,12 @@ scikit-learn's ``_ridge.py``: public functions validate once, then call the priv
 ``_solve_cholesky`` worker (Cholesky in float64, falling back to a least-squares solve with a
 ``RidgeSolveWarning`` when the system is not positive definite).
 Shapes: X ``(n, d_in)``, Y ``(n, d_out)``, A ``(d_out, d_in)``, b ``(d_out,)``.
+
+Beyond the paper, from the same moments: the *anchored* map shrinks toward the identity
+instead of toward zero (``A = I + (Y - X)^T X (X^T X + alpha I)^-1``), and :func:`compose`
+turns a map of a layer's normed input into a map of its cache entries (keys and values are
+linear in the normed input, so the ridge map of the entries is the projection of the ridge
+map of the normed input).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import scipy.linalg
 
 from rfmath import _validate as _v
 
-__all__ = ["penalty", "centred_moments", "solve_moments", "solve", "RidgeSolveWarning"]
+__all__ = ["penalty", "centred_moments", "solve_moments", "solve", "solve_anchored_moments",
+           "solve_anchored", "compose", "RidgeSolveWarning"]
 
 
 class RidgeSolveWarning(RuntimeWarning):
@@ -159,3 +166,64 @@ def solve(
     """
     _v.positive(lam, "lam")
     return solve_moments(*centred_moments(X, Y, weights), lam)
+
+
+def _checked_moments(xtx_c, xty_c, mu_x, mu_y) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    xtx = _square(xtx_c, "xtx_c")
+    xty = _v.float_array(xty_c, "xty_c")
+    d_in = xtx.shape[0]
+    if xty.ndim != 2 or xty.shape != (d_in, d_in):
+        raise ValueError(f"the anchored map needs d_out == d_in: xty_c must have shape "
+                         f"({d_in}, {d_in}); got {xty.shape}. Use solve_moments for other widths.")
+    mx, my = _v.float_array(mu_x, "mu_x"), _v.float_array(mu_y, "mu_y")
+    if mx.shape != (d_in,) or my.shape != (d_in,):
+        raise ValueError(f"mu_x and mu_y must have shape ({d_in},); got {mx.shape}, {my.shape}.")
+    return xtx, xty, mx, my
+
+
+def solve_anchored_moments(
+    xtx_c: np.ndarray, xty_c: np.ndarray, mu_x: np.ndarray, mu_y: np.ndarray, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ridge map shrunk toward the identity: the minimiser of
+    ``sum_t ||y_t - (A x_t + b)||^2 + alpha ||A - I||_F^2`` (alpha as in :func:`penalty`),
+
+        A = I + (Y_c - X_c)^T X_c (X_c^T X_c + alpha I)^-1,   b = mu_y - A mu_x,
+
+    from the centred moments of :func:`centred_moments` (the residual's moments are
+    ``xty_c - xtx_c``: no new pass). As lam grows, A -> I (the identity fill plus the mean
+    shift b -> mu_y - mu_x); as lam -> 0, the least-squares map, like :func:`solve_moments`.
+    Needs d_out == d_in. Returns ``A (d, d)``, ``b (d,)`` float64."""
+    xtx, xty, mx, my = _checked_moments(xtx_c, xty_c, mu_x, mu_y)
+    alpha = penalty(lam, xtx, xtx.shape[0])
+    a = np.eye(xtx.shape[0]) + _solve_cholesky(xtx, xty - xtx, alpha).T
+    return a, my - a @ mx
+
+
+def solve_anchored(
+    X: np.ndarray, Y: np.ndarray, lam: float, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """One-shot anchored map (:func:`solve_anchored_moments`) fitted on rows X -> Y, both
+    ``(n, d)``. Returns ``A (d, d)``, ``b (d,)`` float64."""
+    _v.positive(lam, "lam")
+    return solve_anchored_moments(*centred_moments(X, Y, weights), lam)
+
+
+def compose(W: np.ndarray, c: np.ndarray | None, A: np.ndarray, b: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The map ``x -> W (A x + b) + c``: ``(W A, W b + c)``. With (A, b) the ridge map of a
+    layer's normed input and (W, c) its stacked key and value projections, this is the ridge
+    map of the layer's cache entries themselves (the solve is linear in the targets and the
+    penalty depends on X only), ``d_out = rows of W``. W ``(m, d)``, c ``(m,)`` or None,
+    A ``(d, d_in)``, b ``(d,)``. Returns ``(m, d_in)``, ``(m,)`` float64."""
+    w = _v.float_array(W, "W")
+    a, bb = _v.float_array(A, "A"), _v.float_array(b, "b")
+    if w.ndim != 2 or a.ndim != 2 or w.shape[1] != a.shape[0] or bb.shape != (a.shape[0],):
+        raise ValueError(f"compose needs W (m, d), A (d, d_in), b (d,); got W {w.shape}, "
+                         f"A {a.shape}, b {bb.shape}.")
+    out_b = w @ bb
+    if c is not None:
+        cc = _v.float_array(c, "c")
+        if cc.shape != (w.shape[0],):
+            raise ValueError(f"c must have shape ({w.shape[0]},), one per row of W; got {cc.shape}.")
+        out_b = out_b + cc
+    return w @ a, out_b

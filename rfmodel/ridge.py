@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rfmath.ridge import solve_moments
+from rfmath.ridge import solve_anchored_moments, solve_moments
 from rfmodel import _validate as _v
 from rfmodel.atomic import atomic_path
 from rfmodel import kernels
@@ -196,6 +196,12 @@ class RidgeMoments:
                              np.concatenate([p[3] for p in parts]), lam)
         bounds = np.cumsum([0] + [self.d_outs[layer] for layer in layers])
         return {layer: (A[lo:hi], b[lo:hi]) for layer, lo, hi in zip(layers, bounds[:-1], bounds[1:])}
+
+    def solve_anchored(self, lam: float) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Anchored maps ``{layer: (A, b)}``, shrunk toward the identity
+        (``rfmath.ridge.solve_anchored_moments``), from the same sums; every layer's width
+        must equal d_in (residual-stream targets)."""
+        return {layer: solve_anchored_moments(*self.moments(layer), lam) for layer in self.d_outs}
 
     # ---------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, np.ndarray]:

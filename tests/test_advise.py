@@ -38,7 +38,10 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     cheapest = min(r["macs_share"] for r in advice["frontier"] if r["arm"] != "exact")
     assert rec["macs_share"] == cheapest  # a budget everything keeps: the cheapest wins
     assert "recommended: " + rec["arm"] in printed and "MAC share" in printed
-    assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge"}
+    # the paper's fills and those beyond it (anchored, kv, keys and values from two fills)
+    assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge", "anchored",
+                                                       "kv"}
+    assert {r["values_fill"] for r in advice["frontier"]} >= {None, "ridge", "kv", "identity"}
     assert not any(r["splice"] or r["check"] for r in advice["frontier"])  # prefill configs
     assert advice["texts"] == "heldout-calibration"
     # confirmed on other held-out samples: the cheapest keeps a budget everything keeps

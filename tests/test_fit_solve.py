@@ -124,3 +124,54 @@ def test_nonfinite_document_is_skipped_recorded_and_fit_goes_on(capsys):
     x = torch.randn(1, 3, 32)
     assert all(torch.isfinite(ms.predict(l, x)).all() for l in ms.layers)
     assert f"split {S}: lambda" in capsys.readouterr().out
+
+
+def test_fit_kinds_from_one_capture_equal_their_closed_forms():
+    """--kinds ridge anchored kv: one capture, three files that say their kind; the anchored
+    maps are rfmath.ridge.solve_anchored and the kv maps the ridge map of the normed inputs
+    composed with the layer's K/V projections (rfmath.ridge.compose), each at its own
+    per-layer lambda, on the rows the stock forward gives."""
+    from gpu.maps.fit import output_path
+    from rfmath.ridge import compose, solve_anchored
+
+    calib = calib_dir(n_docs=4, chars=900)
+    loaded = models.load(str(tiny_dir("llama", 0)), device="cpu", dtype=torch.float32)
+    out = scratch("fit-kinds") / "m.safetensors"
+    kinds = ("ridge", "anchored", "kv")
+    fit(loaded, FitOptions([S], out, str(calib), (LAM, 0.3), max_tokens=100_000,
+                           doc_tokens=DOC_TOKENS, kinds=kinds), progress=False)
+    docs = [d for d in corpus.read_folder(calib)][:-1]  # the last one is held out
+    model, L = loaded.model, loaded.n_layers
+    rows = captured_rows(model, loaded.tokenizer, [d.text for d in docs], DOC_TOKENS,
+                         range(S, L))
+    for kind in kinds:
+        path = output_path(out, S, 1, kind, kinds)
+        maps = load_maps(path, model, split=S)
+        assert maps.kind == kind and maps.meta["kind"] == kind
+        meta = json.loads(path.with_suffix(".json").read_text())
+        assert set(meta["lambda_by_weighted_keys"]) == {str(l) for l in range(S + 1, L)}
+        for l in range(S + 1, L):
+            lam = meta["lambda"] if kind == "ridge" else meta["lambda"][str(l)]
+            if kind == "ridge":
+                A, b = solve(rows[S], rows[l], lam)
+            elif kind == "anchored":
+                A, b = solve_anchored(rows[S], rows[l], lam)
+            else:
+                layer = model.model.layers[l]
+                with torch.no_grad():
+                    normed = layer.input_layernorm(torch.from_numpy(rows[l]).float()).double().numpy()
+                attn = layer.self_attn
+                W = torch.cat([attn.k_proj.weight, attn.v_proj.weight]).detach().double().numpy()
+                A, b = compose(W, np.zeros(W.shape[0]), *solve(rows[S], normed, lam))
+            pred = maps.predict(l, torch.from_numpy(rows[S][:5]).float()).double().numpy()
+            want = rows[S][:5] @ A.T + b
+            np.testing.assert_allclose(pred, want, atol=0.05 * np.abs(want).max(), rtol=0.02)
+
+
+def test_an_old_map_file_without_a_kind_loads_as_ridge(tmp_path):
+    from gpu.maps.files import save_maps
+    rng = np.random.default_rng(0)
+    path = save_maps(tmp_path / "old.safetensors",
+                     {2: (rng.normal(size=(4, 4)), rng.normal(size=4))},
+                     {"split": 1, "d_in": 4, "d_out": 4})
+    assert load_maps(path).kind == "ridge"

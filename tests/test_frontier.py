@@ -47,7 +47,13 @@ def test_grid_of_a_30_layer_model():
     assert "identity@20/t1" not in names  # that is POP native
     assert {"ridge@19/t1", "identity+lexical@8/t1024", "ridge@11/t512/rescale-values",
             "ridge@11/t512/rescale-keys"} <= set(names)
-    assert len(names) == 2 + 5 * 2 * 3 * 2 - 1 + 2 + 2
+    # + beyond the paper at 1/2, 5/8 and POP's split (15, 19, 20): 2 fills and 4 source pairs
+    assert len(names) == 2 + 5 * 2 * 3 * 2 - 1 + 2 + 2 + 3 * (2 + 4)
+    assert {"anchored@15/t1", "kv@19/t1", "identity.ridge-values@20/t1",
+            "kv.identity-values@19/t1"} <= set(names)
+    assert f.kinds == ("ridge", "anchored", "kv")
+    kv = next(a for a in f.arms() if a.name == "identity.kv-values@19/t1")
+    assert (kv.fill, kv.values_fill, kv.config().map_kinds) == ("identity", "kv", ("kv",))
     assert {"ridge@19/t1/splice-keys", "ridge@19/t1/splice-values"} <= set(names)
     assert f.headline == "ridge@19/t1" and (f.headline, "pop@20", 3.0) in f.tests(f.arms())
     cut = fr.Frontier(18, cut=fr.CUTS["gemma3-270m"]).arms()

@@ -375,3 +375,30 @@ def test_break_even_rows_uses_the_floats_exact_ratio():
 def test_cost_bad_arguments_raise_value_error_naming_them(call, argument):
     with pytest.raises(ValueError, match=argument):
         call()
+
+
+@given(st.integers(1, 6), st.integers(1, 64), st.integers(1, 4), st.data())
+def test_kv_arm_costs_the_identity_fill_and_less_than_ridgefill(L, d, heads, data):
+    """The direct cache-entry map (beyond the paper) replaces a filled row's K and V
+    projections by one map of the same shape: its MACs equal the identity fill's at every
+    split, tail and exact-row count, and undercut the ridge fill's by the d x d map per filled
+    row per late layer (hand count: filled rows * late layers * d^2)."""
+    kv_heads = data.draw(st.integers(1, heads))
+    a = Arch(n_layers=L, d_model=d, n_heads=heads, n_kv_heads=kv_heads, head_dim=4, d_ff=2 * d)
+    N = data.draw(st.integers(1, 300))
+    S = data.draw(st.integers(0, L))
+    T = data.draw(st.integers(0, N))
+    E = data.draw(st.integers(0, N - min(T, N)))
+    kv = macs(a, N, S=S, T=T, E=E, arm="kv")
+    assert kv == macs(a, N, S=S, T=T, E=E, arm="identity")
+    filled = N - min(T, N) - E
+    assert macs(a, N, S=S, T=T, E=E, arm="ridgefill") - kv == filled * (L - S) * d * d
+
+
+def test_kv_arm_refuses_gdn_layers():
+    hybrid = Arch(n_layers=2, d_model=4, n_heads=2, n_kv_heads=1, head_dim=2, d_ff=8,
+                  layer_types=("attention", "gdn"), gdn_k_heads=1, gdn_v_heads=1,
+                  gdn_k_dim=2, gdn_v_dim=2)
+    with pytest.raises(ValueError, match="gdn"):
+        macs(hybrid, 10, S=1, T=2, arm="kv")
+    assert macs(hybrid, 10, S=2, T=2, arm="kv") > 0  # no gdn layer at or above the split

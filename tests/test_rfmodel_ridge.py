@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rfmath.ridge import solve as one_shot
+from rfmath.ridge import solve_anchored
 from rfmodel import kernels
 from rfmodel.ridge import RidgeMoments
 
@@ -60,6 +61,20 @@ def test_ridge_moments_solve_matches_one_shot(data, lam, backend):
     acc = _feed(RidgeMoments(x.shape[1], d_outs, backend=backend), x, ys, bounds)
     assert acc.count == x.shape[0]
     _assert_maps_close(acc.solve(lam), x, ys, lam)
+
+
+@given(calib(), st.floats(1e-3, 1.0))
+def test_ridge_moments_solve_anchored_matches_one_shot(data, lam):
+    """The anchored maps from the streamed sums equal rfmath's one-shot anchored solve."""
+    x, ys, _, bounds = data
+    d = x.shape[1]
+    rng = np.random.default_rng(int(abs(x).sum() * 1000) % 2**32)
+    ys = {l: (x + 0.3 * rng.standard_normal(x.shape)).astype(np.float32) for l in ys}
+    acc = _feed(RidgeMoments(d, {l: d for l in ys}), x, ys, bounds)
+    for layer, (a, b) in acc.solve_anchored(lam).items():
+        a_ref, b_ref = solve_anchored(x.astype(np.float64), ys[layer].astype(np.float64), lam)
+        assert _rel(a, a_ref) < 1e-9
+        assert np.linalg.norm(b - b_ref) <= 1e-9 * (np.linalg.norm(b_ref) + np.linalg.norm(a_ref))
 
 
 @given(calib(), st.floats(1e-3, 1.0))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .config import PrefillConfig, paper_split
 
-ADVISABLE = ("split", "tail", "fill", "rows", "rescale")  # what the advisor chooses
+ADVISABLE = ("split", "tail", "fill", "values_fill", "rows", "rescale")  # what the advisor chooses
 ADVISED: dict[str, dict] = {
     # `ridgefill advise --model smollm2-135m --threads 2 --check-seed 3 --check-samples 10
     # --check-docs 8` (seed 0; 16 needle samples at 2K/4K and 4 held-out documents screen, 40

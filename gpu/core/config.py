@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-FILLS = ("ridge", "identity", "none", "exact")
+FILLS = ("ridge", "anchored", "kv", "identity", "none", "exact")
+MAP_FILLS = ("ridge", "anchored", "kv")  # fills read from a map file of that kind
+SOURCES = ("ridge", "anchored", "kv", "identity")  # where a filled row's values may come from
 ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
 # chosen by measurement (issue 9): top of gpu.tools.selector_study's stated ranking on both
 # built-in models, results/selectors/<model>/summary.md
@@ -38,8 +40,12 @@ class PrefillConfig:
     tail: int = field(default=512, metadata={
         "help": "exact tail length T in tokens (paper default 4096; 512 on the small models)"})
     fill: str = field(default="ridge", metadata={
-        "choices": FILLS, "help": "ridge: A_l x_S + b_l; identity: POP's x_S; none: no late "
-                                  "entry; exact: the stock forward"})
+        "choices": FILLS, "help": "ridge: A_l x_S + b_l; anchored: the ridge map shrunk toward "
+                                  "the identity; kv: direct key/value maps; identity: POP's x_S; "
+                                  "none: no late entry; exact: the stock forward"})
+    values_fill: str | None = field(default=None, metadata={
+        "choices": SOURCES, "help": "the fill the filled rows' values come from (keys from "
+                                    "--fill; default: the same fill)"})
     rows: str = field(default=DEFAULT_ROWS, metadata={
         "choices": ROWS, "help": f"exact prefix rows selector (default {DEFAULT_ROWS}, chosen "
                                  "by the selector study in results/selectors/)"})
@@ -80,6 +86,14 @@ class PrefillConfig:
             raise ValueError(f"selector_options={self.selector_options!r}: give a dict of "
                              "keyword options, e.g. {'complete': True}")
         _choice("fill", self.fill, FILLS)
+        if self.values_fill is not None:
+            _choice("values_fill", self.values_fill, SOURCES)
+            if self.fill not in SOURCES:
+                raise ValueError(f"values_fill={self.values_fill!r} with fill={self.fill!r}: the "
+                                 "values of filled rows come from another fill only when keys "
+                                 f"are filled too (fill one of {', '.join(SOURCES)})")
+            if self.values_fill == self.fill:
+                object.__setattr__(self, "values_fill", None)
         _choice("rows", self.rows, ROWS)
         _choice("precision", self.precision, PRECISIONS)
         _choice("fill_order", self.fill_order, FILL_ORDERS)
@@ -114,8 +128,13 @@ class PrefillConfig:
         return dict(self.selector_options)
 
     @property
+    def map_kinds(self) -> tuple[str, ...]:
+        """The map kinds this configuration reads (gpu.maps.files.KINDS), keys' fill first."""
+        return tuple(k for k in dict.fromkeys((self.fill, self.values_fill)) if k in MAP_FILLS)
+
+    @property
     def needs_maps(self) -> bool:
-        return self.fill == "ridge"
+        return bool(self.map_kinds)
 
     @property
     def needs_text(self) -> bool:
@@ -132,29 +151,45 @@ class PrefillConfig:
         return replace(self, **changes)
 
     def resolve(self, n_layers: int, maps=None) -> "PrefillConfig":
-        """This configuration checked against a model of ``n_layers`` and its ``maps``, with
-        ``split=None`` replaced by the maps' split."""
-        if self.needs_maps and maps is None:
-            raise ValueError("fill='ridge' needs maps: fit them with `ridgefill fit --model M "
-                             "--splits S --out maps.safetensors` and pass them (CLI: --maps)")
-        split = self.split if self.split is not None else getattr(maps, "split", None)
+        """This configuration checked against a model of ``n_layers`` and its ``maps`` (one map
+        set, or {kind: map set}), with ``split=None`` replaced by the maps' split."""
+        sets = [kind_of(maps, k) for k in self.map_kinds]
+        first = sets[0] if sets else maps if not isinstance(maps, dict) else None
+        split = self.split if self.split is not None else getattr(first, "split", None)
         if self.fill != "exact" and split is None:
             raise ValueError(f"fill={self.fill!r} needs a split: pass split=S or maps")
         if split is not None and not 1 <= split <= n_layers - 1:
             raise ValueError(f"split={split} is outside 1..{n_layers - 1} for a {n_layers}-layer "
                              "model; choose a layer between the first and the last (paper "
                              "default: 3/8 of depth)")
-        if self.needs_maps and maps.split != split:
-            raise ValueError(f"maps were fitted for split {maps.split}, the configuration asks "
-                             f"for split {split}; fit maps for this split or use split="
-                             f"{maps.split}")
-        if self.needs_maps and hasattr(maps, "layers"):
-            missing = sorted(set(range(split + 1, n_layers)) - set(maps.layers))
-            if missing:
-                raise ValueError(f"the maps hold no map for late layers {missing} of this "
-                                 f"{n_layers}-layer model: they were fitted for another model "
-                                 "or the file is incomplete; refit with `ridgefill fit`")
+        for m in sets:
+            if m.split != split:
+                raise ValueError(f"maps were fitted for split {m.split}, the configuration asks "
+                                 f"for split {split}; fit maps for this split or use split="
+                                 f"{m.split}")
+            if hasattr(m, "layers"):
+                missing = sorted(set(range(split + 1, n_layers)) - set(m.layers))
+                if missing:
+                    raise ValueError(f"the maps hold no map for late layers {missing} of this "
+                                     f"{n_layers}-layer model: they were fitted for another model "
+                                     "or the file is incomplete; refit with `ridgefill fit`")
         return self if split == self.split else replace(self, split=split)
+
+
+def kind_of(maps, kind: str):
+    """The map set of ``kind`` among ``maps`` (one set, or {kind: set}), or the error that
+    says how to fit it."""
+    fix = (f"fit them with `ridgefill fit --model M --splits S --kinds {kind} --out "
+           "maps.safetensors` and pass them (CLI: --maps)")
+    if maps is None:
+        raise ValueError(f"fill={kind!r} needs maps: {fix}")
+    found = maps.get(kind) if isinstance(maps, dict) else (
+        maps if getattr(maps, "kind", "ridge") == kind else None)
+    if found is None:
+        have = sorted(maps) if isinstance(maps, dict) else [getattr(maps, "kind", "ridge")]
+        raise ValueError(f"fill={kind!r} needs maps of kind {kind!r}, these are "
+                         f"{', '.join(map(repr, have))}: {fix}")
+    return found
 
 
 def paper_split(n_layers: int) -> int:

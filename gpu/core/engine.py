@@ -26,7 +26,7 @@ from . import late, select
 from .adapters import Adapter, for_model
 from .cache import as_stock, layer_input, layer_inputs
 from .compiled import compiled as compiled_adapter
-from .config import FILLS, PrefillConfig
+from .config import FILLS, MAP_FILLS, PrefillConfig, kind_of
 from .plan import Plan
 
 SPLICES = ("keys", "values", "both")
@@ -98,12 +98,18 @@ class Engine:
     has the same tokens and split (an evaluation runs many arms on one prompt). The lower
     layers never see the plan, so the reuse is bitwise the same as running them again; off by
     default (it holds every lower layer's input until the next prompt).
+    ``maps``: one map set, or {kind: map set} of one split (gpu.maps.files.KINDS) for the
+    fills beyond the paper and for keys and values from different fills.
     """
 
-    def __init__(self, model, maps: Predictor | None = None, reuse_lower: bool = False):
+    def __init__(self, model, maps: Predictor | dict | None = None, reuse_lower: bool = False):
         self.model = model
         self.adapter: Adapter = for_model(model)
-        self.maps = maps
+        self.kinds: dict[str, Predictor] = (
+            dict(maps) if isinstance(maps, dict) else
+            {} if maps is None else {getattr(maps, "kind", "ridge"): maps})
+        # the map set the probe's sweep and the correction read: ridge where given
+        self.maps = self.kinds.get("ridge", next(iter(self.kinds.values()), None))
         self.reuse_lower = reuse_lower
         self._last: _LowerPass | None = None
 
@@ -221,7 +227,7 @@ class Engine:
                            rescale_rows=cfg.rescale_rows, splice=splice, exact_cache=exact_cache,
                            skip_unread=cfg.skip_unread, selector=selector, prompt=prompt,
                            logits_rows=logits_rows, correction=cfg.correction,
-                           keep_x_split=keep_x_split,
+                           keep_x_split=keep_x_split, values_fill=cfg.values_fill,
                            batched=cfg.batched_on(self.model.device),
                            chunk=cfg.chunk, compiled=cfg.compile)
         pre.info["notes"] = notes
@@ -231,12 +237,17 @@ class Engine:
         """``config`` checked against this model and its maps (PrefillConfig.resolve), plus
         what only the engine knows: a correction needs Gated DeltaNet layers above the split
         and DeltaM in the maps; the probe with fill none needs maps to fill its sweep."""
-        cfg = config.resolve(self.adapter.n_layers, self.maps)
+        cfg = config.resolve(self.adapter.n_layers, self.kinds or None)
         if cfg.correction and cfg.fill != "exact" and not any(
                 self.adapter.layer_info(l).kind == "gdn"
                 for l in range(cfg.split, self.adapter.n_layers)):
             raise ValueError("correction=True applies to Gated DeltaNet layers above the "
                              "split; this model has none there (use correction=False)")
+        if "kv" in (cfg.fill, cfg.values_fill) and any(
+                self.adapter.layer_info(l).kind == "gdn"
+                for l in range(cfg.split + 1, self.adapter.n_layers)):
+            raise ValueError("fill='kv' writes attention cache entries; this model has Gated "
+                             "DeltaNet layers above the split: use fill='ridge' or 'anchored'")
         if cfg.correction and cfg.fill == "ridge":
             self._deltas(True, cfg.fill)  # DeltaM in the maps, or the error that says refit
         if cfg.rows == "probe" and cfg.fill == "none" and self.maps is None:
@@ -252,11 +263,14 @@ class Engine:
                 skip_unread: bool = True, selector=None, prompt=None,
                 logits_rows: int | None = None, correction: bool | dict = False,
                 keep_x_split: bool = False, batched: bool | None = None,
-                chunk: int = 0, compiled: bool = False) -> Prefill:
+                chunk: int = 0, compiled: bool = False, values_fill: str | None = None
+                ) -> Prefill:
         """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
 
-        fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "identity" (x_l = x_S,
-        POP's fill), "none" (filled rows get no late-layer cache entry).
+        fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "anchored" (the same with
+        the anchored maps), "kv" (the filled rows' key and value projections from x_S directly),
+        "identity" (x_l = x_S, POP's fill), "none" (filled rows get no late-layer cache entry).
+        values_fill: the fill the filled rows' values come from (keys: ``fill``); None: ``fill``.
         rescale: None | "values" | "keys" (paper 2.3), measured on the first ``rescale_rows``
         tail rows. splice: replace filled keys/values/both by those of ``exact_cache``.
         selector: chooses exact prefix rows after the lower layers ran (gpu.core.select), reading
@@ -280,12 +294,13 @@ class Engine:
             raise ValueError(f"fill={fill!r}: choose one of {FILLS}")
         if splice is not None and (splice not in SPLICES or exact_cache is None):
             raise ValueError(f"splice={splice!r} needs one of {SPLICES} and an exact_cache")
-        if fill == "ridge" and self.maps is None:
-            raise ValueError("fill='ridge' needs maps: fit them with `ridgefill fit` and pass --maps")
-        if fill == "ridge" and plan is not None and self.maps.split != plan.split:
-            raise ValueError(f"maps were fitted for split {self.maps.split}, the plan asks for "
-                             f"split {plan.split}; fit maps for this split or use --split "
-                             f"{self.maps.split}")
+        sources = {}
+        for kind in dict.fromkeys(k for k in (fill, values_fill) if k in MAP_FILLS):
+            sources[kind] = m = kind_of(self.kinds or None, kind)
+            if plan is not None and m.split != plan.split:
+                raise ValueError(f"maps were fitted for split {m.split}, the plan asks for "
+                                 f"split {plan.split}; fit maps for this split or use --split "
+                                 f"{m.split}")
         _check_ids(ids)
         if plan is not None and plan.n != ids.shape[1]:
             raise ValueError(f"the plan is for {plan.n} tokens but ids hold {ids.shape[1]}: "
@@ -314,12 +329,15 @@ class Engine:
         filled = torch.as_tensor(plan.filled, device=ids.device)
         stats: dict = {}
         adapter = compiled_adapter(self.adapter) if compiled else self.adapter
-        ctx = late.Late(adapter, self.predict_input, plan.split, x_split, computed, filled, cache,
-                        fill if fill in ("ridge", "identity") else None,
+        main = sources.get(fill, self.maps)
+        ctx = late.Late(adapter, late.predict_of(main), plan.split, x_split, computed, filled, cache,
+                        fill if fill in late.SOURCES else None,
                         tail_start=plan.n_prefix, rescale=rescale, rescale_rows=rescale_rows,
                         splice=splice, exact_cache=exact_cache, skip_unread=skip_unread,
                         correction=deltas, stats=stats, batched=batched,
-                        predict_many=self.predict_inputs)
+                        predict_many=getattr(main, "predict_stacked", None),
+                        values_fill=values_fill if values_fill != fill else None,
+                        sources={k: m.predict for k, m in sources.items()})
         h = late.run(ctx, x_split[:, computed])
         visible = None
         if fill == "none":  # filled rows have no late-layer entry; decoding must not see them

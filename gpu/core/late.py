@@ -26,6 +26,10 @@ from .config import batched_by_default
 Predict = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, x_S rows) -> predicted input
 # (layers, x_S rows) -> predicted inputs of those layers stacked (one product: the batched fill)
 PredictMany = Callable[[tuple[int, ...], torch.Tensor], torch.Tensor]
+# fills whose filled rows write an entry: a predicted input (ridge, anchored), the key and value
+# projections themselves (kv: the direct cache-entry maps) or x_S (identity, POP's fill)
+SOURCES = ("ridge", "anchored", "kv", "identity")
+INPUT_FILLS = ("ridge", "anchored", "identity")  # what the batched fill and GDN layers take
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class Late:
     empty state over the computed rows only). ``fill`` None: filled rows write nothing (no
     fill, decoding). ``visible`` hides older cache rows (the no-fill arm while decoding);
     ``received`` (n_keys,) accumulates the attention each key row receives from the computed
-    rows; ``correction`` {layer: DeltaM} is the terminal-state correction on those GDN layers,
+    rows; ``values_fill``: the filled rows' values come from that fill (keys from ``fill``),
+    ``sources`` {fill: predict} the map-reading fills' predictors; ``correction`` {layer: DeltaM} is the terminal-state correction on those GDN layers,
     whose rho goes to ``stats["rho"]``. ``batched``: the filled entries of every late
     attention layer are written in one pass before the walk (gpu.core.batched; not with a
     rescale or a splice, which read the walk's computed rows or another cache).
@@ -49,7 +54,7 @@ class Late:
     computed: torch.Tensor           # (n_c,) row indices that run every layer
     filled: torch.Tensor             # (n_f,) row indices that only write their entry
     cache: DynamicCache | None
-    fill: str | None                 # "ridge" | "identity" | None (filled rows write nothing)
+    fill: str | None                 # one of SOURCES | None (filled rows write nothing)
     base: int = 0
     tail_start: int = 0              # first tail row (the end of the prefix)
     rescale: str | None = None       # "values" | "keys" (paper 2.3)
@@ -63,6 +68,8 @@ class Late:
     stats: dict | None = None
     batched: bool | None = None      # None: batched on an accelerator only (fill_order auto)
     predict_many: PredictMany | None = None
+    values_fill: str | None = None   # values from this fill (keys from ``fill``); None: ``fill``
+    sources: dict = field(default_factory=dict)  # fill -> its maps' predict (ridge, anchored, kv)
     # (window, n_keys) -> the attention plan of that mask: every late layer with the same
     # window reads the same rows, so its mask and block spans are built once per walk
     masks: dict = field(default_factory=dict, compare=False, repr=False)
@@ -87,7 +94,8 @@ def run(ctx: Late, h: torch.Tensor) -> torch.Tensor:
     """Layers split..L-1; returns the computed rows' hidden state after the last layer."""
     on = batched_by_default(ctx.x_split.device) if ctx.batched is None else ctx.batched
     ready = (batched.entries(ctx) if on and ctx.writes_filled and ctx.rescale is None
-             and ctx.splice is None else {})
+             and ctx.splice is None and ctx.fill in INPUT_FILLS and ctx.values_fill is None
+             else {})
     for layer in range(ctx.split, ctx.adapter.n_layers):
         if ctx.adapter.layer_info(layer).kind == "gdn":
             h = gdn_layer(ctx, layer, h)
@@ -100,8 +108,9 @@ def filled_entries(ctx: Late, layer: int, rows: torch.Tensor, h: torch.Tensor, n
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values (1, Hkv, n_rows, D) the filled ``rows`` write into ``layer``: the
     layer's own norm and K/V projections of the prediction, then a rescale or a splice."""
-    ad = ctx.adapter
-    kf, vf = ad.keys_values(layer, norm(ctx.prediction(layer, rows)), cos[:, rows], sin[:, rows])
+    kf, vf = source_entries(ctx, ctx.fill, layer, rows, norm, cos[:, rows], sin[:, rows])
+    if ctx.values_fill is not None:  # per-component sources: values from another fill
+        _, vf = source_entries(ctx, ctx.values_fill, layer, rows, norm, cos[:, rows], sin[:, rows])
     if ctx.rescale is not None:
         kf, vf = rescaled(ctx, layer, h, norm, cos, sin, kf, vf)
     if ctx.splice is not None:
@@ -111,6 +120,23 @@ def filled_entries(ctx: Late, layer: int, rows: torch.Tensor, h: torch.Tensor, n
         if ctx.splice in ("values", "both"):
             vf = ev
     return kf, vf
+
+
+def source_entries(ctx: Late, source: str, layer: int, rows: torch.Tensor, norm, cos, sin
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values (1, Hkv, n_rows, D) that one fill writes for the filled ``rows``
+    (``cos``/``sin`` at those rows): the layer's own norm and K/V projections of the predicted
+    input (ridge, anchored) or of x_S (identity; and layer S itself, whose input is x_S), or
+    the direct map's projections with only the key norm and RoPE left (kv)."""
+    x = ctx.x_split[:, rows]
+    if source == "identity" or layer == ctx.split:
+        return ctx.adapter.keys_values(layer, norm(x), cos, sin)
+    predict = ctx.sources.get(source, ctx.predict if source == ctx.fill else None)
+    if predict is None:
+        raise ValueError(f"fill {source!r} needs maps of kind {source!r} for this walk")
+    if source == "kv":
+        return ctx.adapter.project_entries(layer, predict(layer, x), cos, sin)
+    return ctx.adapter.keys_values(layer, norm(predict(layer, x)), cos, sin)
 
 
 def attention_layer(ctx: Late, layer: int, h: torch.Tensor,
@@ -225,8 +251,10 @@ def rescaled(ctx: Late, layer: int, h: torch.Tensor, norm, cos, sin, kf: torch.T
     tail_rows = computed[computed >= ctx.tail_start][:ctx.rescale_rows]
     take = torch.searchsorted(computed, tail_rows)
     k_ex, v_ex = ad.keys_values(layer, norm(h[:, take]), cos[:, tail_rows], sin[:, tail_rows])
-    xp = ctx.prediction(layer, tail_rows)
-    k_pr, v_pr = ad.keys_values(layer, norm(xp), cos[:, tail_rows], sin[:, tail_rows])
+    k_pr, _ = source_entries(ctx, ctx.fill, layer, tail_rows, norm, cos[:, tail_rows],
+                             sin[:, tail_rows])
+    _, v_pr = source_entries(ctx, ctx.values_fill or ctx.fill, layer, tail_rows, norm,
+                             cos[:, tail_rows], sin[:, tail_rows])
     if ctx.rescale == "values":
         scale = (v_ex.norm(dim=-1) / v_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
         return kf, vf * scale[..., None, None]
@@ -270,9 +298,14 @@ def every_row_exact(adapter: Adapter, split: int, x_split: torch.Tensor,
     """The late walk with every row of ``x_split`` (1, n, C) computed and none filled: the
     engine's own late path, which must match the stock forward (the equivalence tests)."""
     rows = torch.arange(x_split.shape[1], device=x_split.device)
-    ctx = Late(adapter, _no_prediction, split, x_split, rows, rows[:0], cache, None)
+    ctx = Late(adapter, no_prediction, split, x_split, rows, rows[:0], cache, None)
     return run(ctx, x_split)
 
 
-def _no_prediction(layer: int, x: torch.Tensor) -> torch.Tensor:
+def predict_of(maps) -> Predict:
+    """A map set's ``predict``, or :func:`no_prediction` where none was given (identity, none)."""
+    return maps.predict if maps is not None else no_prediction
+
+
+def no_prediction(layer: int, x: torch.Tensor) -> torch.Tensor:
     raise AssertionError("a walk without filled rows never predicts")

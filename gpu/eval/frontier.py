@@ -13,7 +13,10 @@ passes and batched decoding as ``make eval``; sharded under torchrun by gpu.eval
   arm (5/8 depth, one-token tail) exact keys and exact values spliced in (paper 6.6: which
   component carries its error);
 * the decode-time check of Appendix I.4 (gpu.eval.decode_check) at 5/8 depth, the middle
-  tail, at each of ``CHECKS`` (``--checks``), against the default rows there.
+  tail, at each of ``CHECKS`` (``--checks``), against the default rows there;
+* beyond the paper, at 1/2, 5/8 and POP's split with a one-token tail and no rows: the
+  anchored and the direct cache-entry (kv) fills, and keys from one fill with values from
+  another (:data:`SOURCE_PAIRS`).
 
 Every arm is paired with exact and with POP native (retrieval, novel- and key-token dNLL);
 paper 6.4's test (RidgeFill at 5/8 depth vs POP native, non-inferiority on filled-region
@@ -63,8 +66,18 @@ CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/
         "qwen2.5-coder-1.5b": (*_QWEN_CUT, "*@7/*", "*@10/*", "*/splice-*")}
 
 
-def arm_name(fill: str, split: int, tail: int, rows: str = "none") -> str:
-    return f"{fill}{'' if rows == 'none' else '+' + rows}@{split}/t{tail}"
+# fills beyond the paper (gpu.maps.files.KINDS) at 1/2, 5/8 and POP's split, one-token tail, no
+# rows; and keys from one fill with values from another ((keys, values): the splices showed
+# keys carry smollm2's retrieval error, values most of gemma3's key-token loss)
+BEYOND_FILLS = ("anchored", "kv")
+SOURCE_PAIRS = (("identity", "ridge"), ("ridge", "identity"), ("identity", "kv"),
+                ("kv", "identity"))
+
+
+def arm_name(fill: str, split: int, tail: int, rows: str = "none",
+             values: str | None = None) -> str:
+    keys = fill if values is None else f"{fill}.{values}-values"
+    return f"{keys}{'' if rows == 'none' else '+' + rows}@{split}/t{tail}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,8 @@ class Frontier:
     fills: tuple[str, ...] = ("ridge", "identity")
     checks: tuple[float, ...] = ()    # decode-time check thresholds (gpu.eval.decode_check)
     cut: tuple[str, ...] = ()         # fnmatch patterns of arm names left out
+    beyond: tuple[str, ...] = BEYOND_FILLS                   # fills beyond the paper
+    sources: tuple[tuple[str, str], ...] = SOURCE_PAIRS      # (keys' fill, values' fill)
 
     @property
     def pop(self) -> int:
@@ -94,6 +109,16 @@ class Frontier:
     @property
     def splits(self) -> tuple[int, ...]:
         return tuple(sorted({depth(f, self.n_layers) for f in FRACTIONS} | {self.pop}))
+
+    @property
+    def half(self) -> int:
+        return depth(1 / 2, self.n_layers)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The map kinds the grid's arms read (gpu.maps.files.KINDS)."""
+        used = {k for a in self.arms() if a.fill != "exact" for k in a.config().map_kinds}
+        return tuple(k for k in ("ridge", "anchored", "kv") if k in used)
 
     @property
     def mid_tail(self) -> int:
@@ -121,6 +146,13 @@ class Frontier:
                             continue  # POP native itself
                         out.append(Arm(arm_name(fill, s, t, rows), fill, s, t, rows,
                                        label=f"{fill}, split {s}, tail {t}, rows {rows}"))
+        t1 = min(self.tails)
+        for s in sorted({self.half, self.deep, self.pop}):
+            out += [Arm(arm_name(f, s, t1), f, s, t1, label=f"{f}, split {s}, tail {t1}")
+                    for f in self.beyond]
+            out += [Arm(arm_name(k, s, t1, values=v), k, s, t1, values_fill=v,
+                        label=f"keys {k}, values {v}, split {s}, tail {t1}")
+                    for k, v in self.sources]
         p, t = self.primary, self.mid_tail
         out += [Arm(f"{arm_name('ridge', p, t)}/rescale-{w}", "ridge", p, t, rescale=w,
                     label=f"ridge, split {p}, tail {t}, {w} rescaled") for w in RESCALES]
@@ -236,7 +268,7 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         # the grid with every instrument: a run of one of them reports itself partial
         whole = replace(cfg, instruments=("needle", "loss") if docs else ("needle",))
         root = out_dir / lm.name
-        maps = ev.ensure_maps(lm, cfg, root, calib, progress, **(fit_kw or {}))
+        maps = ev.ensure_maps(lm, cfg, root, calib, progress, kinds=fr.kinds, **(fit_kw or {}))
         texts = texts or CorpusTexts()
         try:
             rep = ev.evaluate_model(lm, cfg, out_dir, texts, maps=maps,

@@ -50,7 +50,7 @@ def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str, defaults: dict[str
         macs = x.get("macs_share") if x.get("macs_share") is not None else t.get("macs_share")
         rows.append({
             "arm": a.name, "label": a.label, "fill": a.fill, "split": a.split, "tail": a.tail,
-            "rows": a.rows, "rescale": a.rescale, "check": a.check,
+            "rows": a.rows, "rescale": a.rescale, "check": a.check, "values_fill": a.values_fill,
             "retrieval": x.get("score"), "n": x.get("n"), "vs_exact": x.get("vs_exact"),
             "vs_pop": c.get("retrieval"), "noninferior_pop": ni.get(a.name),
             "dnll_novel": d.get("dnll_novel"), "dnll_key": d.get("dnll_key"),

@@ -153,28 +153,44 @@ def greedy_or_empty(engine, pre, steps: int):
 
 # ----------------------------------------------------------------------------- maps
 def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
-                progress: bool = True, **fit_kw) -> dict[int, object]:
-    """Maps for every split of ``cfg``: fitted once with gpu.maps.fit, cached in ``root/maps``."""
+                progress: bool = True, kinds: tuple[str, ...] = ("ridge",), **fit_kw
+                ) -> dict[int, object]:
+    """Maps for every split of ``cfg``: fitted once with gpu.maps.fit, cached in ``root/maps``.
+    ``kinds`` beyond ridge (the anchored and kv maps) come from one more capture of the same
+    calibration text; then each split maps to {kind: map set}, else to the ridge map set."""
     from ..maps.fit import FitOptions, fit, output_path
     from ..maps.files import load_maps
 
     mdir = root / "maps"
     mdir.mkdir(parents=True, exist_ok=True)
     (mdir / ".gitignore").write_text("*\n")  # map files are large and rebuilt on demand
-    out = mdir / f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}.safetensors"
     splits = sorted(cfg.splits)
-    paths = {s: output_path(out, s, len(splits)) for s in splits}
-    if not all(p.is_file() for p in paths.values()):
-        opts = FitOptions(splits, out, calib, max_tokens=cfg.calib_tokens, seed=cfg.seed, **fit_kw)
-        fit(loaded, opts, progress=progress)
-    maps = {}
-    for s, p in paths.items():
-        try:
-            maps[s] = load_maps(p, loaded.model, split=s)
-        except ValueError as e:  # never refit silently over a file that is there
-            raise ValueError(f"{e}. The harness caches maps in {mdir}: delete {p} to refit "
-                             "them") from None
-    return maps
+    extra = tuple(k for k in kinds if k != "ridge")
+    runs = [(("ridge",), f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}")]
+    if extra:
+        runs.append((extra, f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw, extra)}"))
+    maps: dict[int, dict] = {s: {} for s in splits}
+    for run_kinds, stem in runs:
+        out = mdir / f"{stem}.safetensors"
+        paths = {(s, k): output_path(out, s, len(splits), k, run_kinds)
+                 for s in splits for k in run_kinds}
+        if not all(p.is_file() for p in paths.values()):
+            opts = FitOptions(splits, out, calib, max_tokens=cfg.calib_tokens, seed=cfg.seed,
+                              kinds=run_kinds, **fit_kw)
+            fit(loaded, opts, progress=progress)
+        for (s, k), p in paths.items():
+            try:
+                maps[s][k] = load_maps(p, loaded.model, split=s)
+            except ValueError as e:  # never refit silently over a file that is there
+                raise ValueError(f"{e}. The harness caches maps in {mdir}: delete {p} to refit "
+                                 "them") from None
+    return {s: m if extra else m["ridge"] for s, m in maps.items()}
+
+
+def ridge_of(maps):
+    """The ridge map set of one split's maps (a map set, or {kind: map set}): the records'
+    keys name its lambda, so journals written before the other kinds existed still match."""
+    return maps["ridge"] if isinstance(maps, dict) else maps
 
 
 # ----------------------------------------------------------------------------- one model
@@ -208,7 +224,7 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     journal = SharedJournal(root / shard.journal_name)
     if maps is None:
         maps = ensure_maps(loaded, cfg, root, calib, progress, **(fit_kw or {}))
-    fingerprint = sig(record_identity(loaded.model), {s: m.meta.get("lambda") for s, m in maps.items()},
+    fingerprint = sig(record_identity(loaded.model), {s: ridge_of(m).meta.get("lambda") for s, m in maps.items()},
                        cfg.chat, cfg.answer_prefix)
     arms = arms if arms is not None else study_arms(cfg, loaded.n_layers)
     sess = Session(loaded, maps, lower_splits={a.split for a in arms if a.split is not None})
@@ -265,8 +281,11 @@ def _report(loaded, cfg, root, needles, docs, arms, sess, maps, fingerprint, sta
             "arms": [{**a.spec(), "label": a.label} for a in arms], "texts": texts.name,
             "sample_sets": stats, "command": command, "fingerprint": record_identity(loaded.model),
             "qk_norm": hasattr(sess.engine(None).adapter.attn(0), "q_norm"),
-            "maps": {str(s): {"lambda": m.meta.get("lambda"),
-                              "calibration_rows": m.meta.get("calibration", {}).get("rows")}
+            "maps": {str(s): {"lambda": ridge_of(m).meta.get("lambda"),
+                              "calibration_rows": ridge_of(m).meta.get("calibration", {}).get("rows"),
+                              **({"kinds": {k: {"lambda": x.meta.get("lambda")}
+                                            for k, x in m.items() if k != "ridge"}}
+                                 if isinstance(m, dict) else {})}
                      for s, m in maps.items()},
             "preset": preset.to_dict() if preset is not None else None,
             "device": str(loaded.model.device), "dtype": str(loaded.model.dtype),

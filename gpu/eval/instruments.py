@@ -39,7 +39,16 @@ except ImportError:  # pragma: no cover
     arch_of = None
 
 CONTROLS = ("random", "tail")
-_COST_ARM = {"ridge": "ridgefill", "identity": "identity", "none": "nofill", "exact": "exact"}
+_COST_ARM = {"ridge": "ridgefill", "anchored": "ridgefill", "kv": "kv", "identity": "identity",
+             "none": "nofill", "exact": "exact"}
+
+
+def cost_arm(fill: str, values_fill: str | None = None) -> str:
+    """rfmath.cost's arm of a fill (keys and values from two fills: an input map's price when
+    either reads one, else the projections' price, which kv and identity share)."""
+    if values_fill is None or values_fill == fill:
+        return _COST_ARM[fill]
+    return "ridgefill" if {fill, values_fill} & {"ridge", "anchored"} else "identity"
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Arm:
     options: tuple = ()            # selector keyword options, e.g. (("share", 0.05),)
     rescale: str | None = None     # values | keys: rescale the filled entries (paper 2.3)
     check: float | None = None     # decode-time check threshold (paper I.4; gpu.eval.decode_check)
+    values_fill: str | None = None # the filled rows' values from this fill (keys from ``fill``)
 
     @property
     def selects(self) -> bool:
@@ -74,11 +84,11 @@ class Arm:
             options["blind"] = True
         return PrefillConfig(split=self.split, tail=self.tail if tail is None else tail,
                              fill=self.fill, rows=rows, selector_options=options,
-                             rescale=self.rescale)
+                             rescale=self.rescale, values_fill=self.values_fill)
 
     def spec(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "label"}
-        for k in ("options", "rescale", "check"):  # records of arms without them keep their keys
+        for k in ("options", "rescale", "check", "values_fill"):  # records of arms without them keep their keys
             if not d[k]:
                 del d[k]
         return d
@@ -149,7 +159,7 @@ class Session:
             return 1.0
         p = pre.plan
         c = cost.macs(self.arch, n, S=p.split, T=p.tail, E=int(p.exact_rows.size),
-                      arm=_COST_ARM[arm.fill])
+                      arm=cost_arm(arm.fill, arm.values_fill))
         if arm.config().rows == "probe" and p.n_prefix >= 2:
             window = dict(arm.options).get("probe_window", select.ProbeRows.probe_window)
             c += probe_sweep_macs(self.arch, p.n_prefix, p.split, min(window, n - p.n_prefix),

@@ -22,6 +22,10 @@ from ..core.models import fingerprint as model_fingerprint
 
 FORMAT = "ridgefill-maps/1"
 GROUP = 128
+# what a file's maps predict from x_S (its metadata's "kind"; a file without one is "ridge"):
+# ridge / anchored: each late layer's input (paper 2.2; anchored shrinks toward the identity),
+# kv: each attention layer's key and value projections stacked (the direct cache-entry map)
+KINDS = ("ridge", "anchored", "kv")
 
 
 def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], meta: dict,
@@ -100,6 +104,11 @@ class MapSet:
     def layers(self) -> list[int]:
         return list(self.meta["layers"])
 
+    @property
+    def kind(self) -> str:
+        """What the maps predict (:data:`KINDS`); files written before kinds are "ridge"."""
+        return self.meta.get("kind", "ridge")
+
     def _weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         t = self.tensors
         if self.precision == "bf16":
@@ -173,6 +182,9 @@ def load_maps(path: str | Path, model: torch.nn.Module | None = None, *,
     meta = json.loads(raw)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{path} has format {meta.get('format')!r}, expected {FORMAT}; {fix}")
+    if meta.get("kind", "ridge") not in KINDS:
+        raise ValueError(f"{path} holds maps of kind {meta.get('kind')!r}, which this version "
+                         f"does not know ({', '.join(KINDS)}); upgrade ridgefill or {fix}")
     if meta.get("sha256") not in (None, _digest(tensors)):
         raise ValueError(f"map file {path} is corrupted (its tensors do not match the checksum "
                          f"written with them); {fix}")

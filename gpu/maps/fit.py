@@ -31,10 +31,14 @@ from rfmodel.ridge import RidgeMoments
 
 from ..data import corpus
 from ..core.engine import Engine
-from .files import save_maps
+from .choose import choose, heldout_scores
+from .files import KINDS, save_maps
 from ..core.models import Loaded
 
 DEFAULT_LAMBDAS = tuple(float(x) for x in np.logspace(-4, 0, 9))
+# map kinds (gpu.maps.files.KINDS): the paper's ridge map of each late layer's input (one
+# lambda per split), the anchored map shrunk toward the identity and the direct cache-entry
+# map (one lambda per layer each, from the same capture)
 BACKEND = "blocked"  # rfmodel.ridge: float32 block products summed in float64 (capture speed)
 
 
@@ -52,6 +56,7 @@ class FitOptions:
     seed: int = 0
     correction: bool = False        # measure DeltaM for the terminal-state correction (2.3)
     correction_every: int = 512     # one state difference every this many held-out tokens
+    kinds: tuple[str, ...] = ("ridge",)  # map kinds written from the one capture (KINDS)
     log: list[str] = field(default_factory=list)
 
 
@@ -62,14 +67,24 @@ def check_options(opts: FitOptions, n_layers: int) -> None:
                              "model; pick a layer between the first and the last")
     if not opts.splits:
         raise ValueError("give at least one split with --splits")
+    bad_kinds = [k for k in opts.kinds if k not in KINDS] or (
+        [] if opts.kinds else ["(none)"])
+    if bad_kinds or len(set(opts.kinds)) != len(opts.kinds):
+        raise ValueError(f"--kinds {' '.join(opts.kinds)}: give distinct kinds from "
+                         f"{', '.join(KINDS)} (default: ridge)")
     bad = [lam for lam in opts.lambdas if not (lam > 0 and math.isfinite(lam))]
     if bad:
         raise ValueError(f"lambda must be > 0 (got {bad}); the default grid is 1e-4 .. 1")
 
 
-def output_path(out: Path, split: int, n_splits: int) -> Path:
-    """One split: ``out`` itself; several: ``out`` with ``-s{split}`` before the suffix."""
-    return out if n_splits == 1 else out.with_name(f"{out.stem}-s{split}{out.suffix}")
+def output_path(out: Path, split: int, n_splits: int, kind: str = "ridge",
+                kinds: tuple[str, ...] = ("ridge",)) -> Path:
+    """One split: ``out`` itself; several: ``out`` with ``-s{split}`` before the suffix. With
+    several kinds, every kind but ridge adds ``-{kind}`` (one kind: ``out`` as given)."""
+    path = out if n_splits == 1 else out.with_name(f"{out.stem}-s{split}{out.suffix}")
+    if len(kinds) > 1 and kind != "ridge":
+        path = path.with_name(f"{path.stem}-{kind}{path.suffix}")
+    return path
 
 
 def documents(opts: FitOptions):
@@ -93,14 +108,20 @@ def moments_path(out: Path, rank: int = 0) -> Path:
     return out.with_name(f"{out.stem}.moments{suffix}.npz")
 
 
-def capture(engine: Engine, ids: torch.Tensor, first: int) -> dict[int, np.ndarray]:
-    """Inputs (residual stream) of layers first..L-1 for every row, as float32 (n, d)."""
+def capture(engine: Engine, ids: torch.Tensor, first: int, normed: bool = False
+            ) -> dict[int, np.ndarray]:
+    """Inputs (residual stream) of layers first..L-1 for every row, as float32 (n, d);
+    ``normed``: also each layer's normed input (its input norm applied: what its key and
+    value projections read, the targets of the direct cache-entry maps) under ``-1 - l``."""
     last = engine.adapter.n_layers - 1
     keep = {l: slice(None) for l in range(first, last)}
     with torch.inference_mode():
         x_last, kept = engine.lower(ids, last, None, keep=keep)
-    kept[last] = x_last
-    return {l: kept[l][0].float().cpu().numpy() for l in range(first, last + 1)}
+        kept[last] = x_last
+        if normed:
+            for l in range(first + 1, last + 1):
+                kept[-1 - l] = engine.adapter.input_norm(l)(kept[l])
+    return {l: t[0].float().cpu().numpy() for l, t in kept.items()}
 
 
 class Checkpoint:
@@ -163,9 +184,9 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     dist = _dist(model.device)
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist else (0, 1)
     mine = docs[rank::world]
-    key = hashlib.sha256(json.dumps([loaded.fingerprint(), opts.splits, opts.doc_tokens,
-                                     opts.max_tokens, [x.doc_id for x in mine], BACKEND]).encode()
-                         ).hexdigest()
+    parts = [loaded.fingerprint(), opts.splits, opts.doc_tokens, opts.max_tokens,
+             [x.doc_id for x in mine], BACKEND] + (["normed"] if "kv" in opts.kinds else [])
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
     ckpt = Checkpoint(moments_path(opts.out, rank), key)
     resumed = ckpt.load()
     if resumed:
@@ -173,6 +194,9 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
     else:
         moments = {s: RidgeMoments(d, {l: d for l in range(s + 1, L)}, backend=BACKEND)
                    for s in opts.splits}
+        if "kv" in opts.kinds:  # normed-input targets, kept as split -1 - s
+            moments.update({-1 - s: RidgeMoments(d, {l: d for l in range(s + 1, L)},
+                                                 backend=BACKEND) for s in opts.splits})
         unigram = np.zeros(model.config.get_text_config().vocab_size, np.int64)
         done, log = 0, {"docs": {}, "skipped": {}}
     budget = opts.max_tokens // world
@@ -186,14 +210,15 @@ def accumulate(loaded: Loaded, opts: FitOptions, docs, progress: bool = True):
         doc = mine[i]
         t0 = time.perf_counter()
         ids = tok(doc.text, return_tensors="pt").input_ids[:, : min(opts.doc_tokens, budget - used)]
-        xs = capture(engine, ids.to(model.device), first)
+        xs = capture(engine, ids.to(model.device), first, normed="kv" in opts.kinds)
         if not all(np.isfinite(x).all() for x in xs.values()):
             warnings.warn(f"calibration document {doc.doc_id} gives non-finite activations; "
                           "skipped (recorded in the map metadata)")
             log["skipped"][doc.doc_id] = "non-finite activations"
         else:
             for s, m in moments.items():
-                m.update(xs[s], {l: xs[l] for l in range(s + 1, L)})
+                m.update(xs[s if s >= 0 else -1 - s],
+                         {l: xs[l if s >= 0 else -1 - l] for l in m.d_outs})
             unigram += np.bincount(ids[0].numpy(), minlength=unigram.size)
             log["docs"][doc.doc_id] = int(ids.shape[1])
             used += int(ids.shape[1])
@@ -231,54 +256,6 @@ def _all_reduce(dist, moments, unigram, log, device: torch.device):
         merged["docs"].update(part["docs"])
         merged["skipped"].update(part["skipped"])
     return reduced, u.numpy(), merged
-
-
-def cache_write_cosine(engine: Engine, layer: int, x_pred: torch.Tensor, x_true: torch.Tensor):
-    """Mean per-row cosine of keys and of values written from predicted vs true input (2.2).
-    A Gated DeltaNet layer has no per-row cache entry: what a row writes towards its state is
-    scored instead (its key and value projections)."""
-    ad = engine.adapter
-    if ad.layer_info(layer).kind == "gdn":
-        norm = ad.input_norm(layer)
-        (kp, vp), (kt, vt) = ad.gdn_writes(layer, norm(x_pred)), ad.gdn_writes(layer, norm(x_true))
-        return tuple(torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1).mean().item()
-                     for a, b in ((kp, kt), (vp, vt)))
-    pos = torch.arange(x_true.shape[1], device=x_true.device)[None]
-    cos, sin = ad.rope(x_true, pos, layer)
-    norm = ad.input_norm(layer)
-    kp, vp = ad.keys_values(layer, norm(x_pred), cos, sin)
-    kt, vt = ad.keys_values(layer, norm(x_true), cos, sin)
-
-    def rowcos(a, b):
-        a, b = a.transpose(1, 2).flatten(2).float(), b.transpose(1, 2).flatten(2).float()
-        return torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item()
-
-    return rowcos(kp, kt), rowcos(vp, vt)
-
-
-def heldout_scores(engine: Engine, captures, split: int, maps) -> dict[int, tuple[float, float]]:
-    """{layer: (key cosine, value cosine)} over the held-out captures; maps None = identity.
-    The prediction is made in fp32 and, like the true input, fed to the model's own norm and
-    projections at the model's dtype on its device (a bf16 model on CUDA scores as it runs)."""
-    p = next(engine.model.parameters())
-    out = {}
-    with torch.inference_mode():
-        for layer in range(split + 1, engine.adapter.n_layers):
-            ks, vs = [], []
-            for xs in captures:
-                x_s = torch.from_numpy(xs[split])[None]
-                if maps is None:
-                    pred = x_s
-                else:
-                    A, b = maps[layer]
-                    pred = x_s @ torch.from_numpy(A.astype(np.float32)).T + torch.from_numpy(
-                        b.astype(np.float32))
-                x_true = torch.from_numpy(xs[layer])[None].to(p.device, p.dtype)
-                k, v = cache_write_cosine(engine, layer, pred.to(p.device, p.dtype), x_true)
-                ks.append(k)
-                vs.append(v)
-            out[layer] = (float(np.mean(ks)), float(np.mean(vs)))
-    return out
 
 
 def gdn_layers(engine: Engine, split: int) -> list[int]:
@@ -360,14 +337,18 @@ def throughput(loaded: Loaded, timed: list[tuple[torch.Tensor, float]]) -> dict:
 
 
 def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Path]:
-    """Capture, choose lambda per split on held-out text, write one map file per split."""
+    """Capture once, choose lambda on held-out text, write one map file per split and kind;
+    returns {split: path} of the first kind (the others: :func:`output_path`)."""
     check_options(opts, loaded.n_layers)
-    if opts.correction:
-        for s in opts.splits:
-            if not gdn_layers(Engine(loaded.model), s):
-                raise ValueError(f"--correction measures DeltaM on Gated DeltaNet layers above the "
-                                 f"split; {loaded.name} has none above split {s} (drop "
-                                 "--correction)")
+    engine = Engine(loaded.model)
+    for s in opts.splits:
+        if opts.correction and not gdn_layers(engine, s):
+            raise ValueError(f"--correction measures DeltaM on Gated DeltaNet layers above the "
+                             f"split; {loaded.name} has none above split {s} (drop "
+                             "--correction)")
+        if "kv" in opts.kinds and gdn_layers(engine, s):
+            raise ValueError(f"kv maps write attention cache entries; {loaded.name} has Gated "
+                             f"DeltaNet layers above split {s}: fit --kinds ridge or anchored")
     fit_docs, held_docs = documents(opts)
     t0 = time.perf_counter()
     moments, unigram, log, timed = accumulate(loaded, opts, fit_docs, progress)
@@ -383,7 +364,6 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
     if dist and dist.get_rank() != 0:
         dist.barrier()
         return {}
-    engine = Engine(loaded.model)
     model = loaded.model
     captures = []
     for doc in held_docs:
@@ -391,53 +371,71 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
         captures.append(capture(engine, ids.to(model.device), min(opts.splits)))
     written = {}
     for s in opts.splits:
-        t1 = time.perf_counter()
-        scores = {}
-        best = None
-        for lam in tqdm(opts.lambdas, desc=f"lambda search (split {s})", disable=not progress):
-            maps = moments[s].solve(lam)
-            per_layer = heldout_scores(engine, captures, s, maps)
-            score = float(np.mean([(k + v) / 2 for k, v in per_layer.values()]))
-            scores[lam] = score
-            if best is None or score > best[1]:
-                best = (lam, score, maps, per_layer)
-        solve_s = time.perf_counter() - t1
-        lam, score, maps, per_layer = best
         identity = heldout_scores(engine, captures, s, None)
-        meta = {
-            "model": loaded.name, "fingerprint": loaded.fingerprint(), "split": s,
-            "n_layers": loaded.n_layers, "d_in": model.config.get_text_config().hidden_size,
-            "d_out": model.config.get_text_config().hidden_size, "lambda": lam, "lambda_scores": scores,
-            "calibration": {"source": opts.calib, "documents": log["docs"],
-                            "rows": int(moments[s].count), "skipped": log["skipped"]},
-            "heldout": {"documents": [d.doc_id for d in held_docs],
-                        "cosine": {str(l): {"keys": k, "values": v} for l, (k, v) in per_layer.items()},
-                        "identity_cosine": {str(l): {"keys": k, "values": v}
-                                            for l, (k, v) in identity.items()}},
-            "timing": {"capture_seconds": capture_s, **speed,
-                       "solve_seconds_per_layer": solve_s / (len(opts.lambdas) * len(maps))},
-        }
-        delta_M = None
-        if opts.correction:
-            t2 = time.perf_counter()
-            delta_M, states = {}, 0
-            for l in gdn_layers(engine, s):
-                delta_M[l], states = terminal_state_shift(engine, captures, s, l, *maps[l],
-                                                          opts.correction_every)
-            meta["correction"] = {
-                "layers": sorted(delta_M), "documents": [d.doc_id for d in held_docs],
-                "every": opts.correction_every, "states_per_layer": states,
-                "note": "DeltaM = mean exact minus filled (fully filled prefix) recurrent state "
-                        "at prefix ends of the held-out documents, with the chosen maps",
-                "seconds": time.perf_counter() - t2,
-                "delta_M_norm": {str(l): float(np.linalg.norm(d)) for l, d in delta_M.items()}}
-        path = output_path(opts.out, s, len(opts.splits))
-        save_maps(path, maps, meta, unigram, delta_M=delta_M)
-        write_json(path.with_suffix(".json"), meta)
-        written[s] = path
+        for kind in opts.kinds:
+            t1 = time.perf_counter()
+            maps, lam, scores, by_weighted = choose(engine, captures, moments, s, kind,
+                                                    opts.lambdas, progress)
+            solve_s = time.perf_counter() - t1
+            per_layer = {l: scores[lam if kind == "ridge" else lam[l]][l] for l in maps}
+            meta = _meta(loaded, opts, s, kind, maps, lam, scores, by_weighted, per_layer,
+                         identity, moments[s], log, held_docs)
+            meta["timing"] = {"capture_seconds": capture_s, **speed,
+                              "solve_seconds_per_layer": solve_s / (len(opts.lambdas) * len(maps))}
+            delta_M = None
+            if opts.correction and kind == "ridge":
+                delta_M = _correction(engine, captures, s, maps, opts, held_docs, meta)
+            path = output_path(opts.out, s, len(opts.splits), kind, opts.kinds)
+            save_maps(path, maps, meta, unigram, delta_M=delta_M)
+            write_json(path.with_suffix(".json"), meta)
+            written.setdefault(s, path)
     if dist:
         dist.barrier()
     return written
+
+
+def _cosines(per_layer: dict) -> dict:
+    return {str(l): {"keys": k, "values": v, "keys_attention_weighted": w}
+            for l, (k, v, w) in per_layer.items()}
+
+
+def _meta(loaded: Loaded, opts: FitOptions, s: int, kind: str, maps: dict, lam, scores: dict,
+          by_weighted: dict, per_layer: dict, identity: dict, moments: RidgeMoments, log: dict,
+          held_docs) -> dict:
+    """The map file's metadata: model, split, kind, lambda (per split or per layer) with the
+    criterion's scores and the attention-weighted criterion's choice, held-out cosines."""
+    d = loaded.model.config.get_text_config().hidden_size
+    d_out = int(next(iter(maps.values()))[0].shape[0])
+    lam_meta = lam if kind == "ridge" else {str(l): v for l, v in lam.items()}
+    return {
+        "model": loaded.name, "fingerprint": loaded.fingerprint(), "split": s, "kind": kind,
+        "n_layers": loaded.n_layers, "d_in": d, "d_out": d_out, "lambda": lam_meta,
+        "lambda_scores": {lam_: float(np.mean([(k + v) / 2 for k, v, _ in pl.values()]))
+                          for lam_, pl in scores.items()},
+        "lambda_by_weighted_keys": {str(l): v for l, v in by_weighted.items()},
+        "calibration": {"source": opts.calib, "documents": log["docs"],
+                        "rows": int(moments.count), "skipped": log["skipped"]},
+        "heldout": {"documents": [doc.doc_id for doc in held_docs],
+                    "cosine": _cosines(per_layer), "identity_cosine": _cosines(identity)},
+    }
+
+
+def _correction(engine: Engine, captures, s: int, maps: dict, opts: FitOptions, held_docs,
+                meta: dict) -> dict:
+    """DeltaM of every GDN layer above the split (paper 2.3), noted in ``meta``."""
+    t2 = time.perf_counter()
+    delta_M, states = {}, 0
+    for l in gdn_layers(engine, s):
+        delta_M[l], states = terminal_state_shift(engine, captures, s, l, *maps[l],
+                                                  opts.correction_every)
+    meta["correction"] = {
+        "layers": sorted(delta_M), "documents": [d.doc_id for d in held_docs],
+        "every": opts.correction_every, "states_per_layer": states,
+        "note": "DeltaM = mean exact minus filled (fully filled prefix) recurrent state "
+                "at prefix ends of the held-out documents, with the chosen maps",
+        "seconds": time.perf_counter() - t2,
+        "delta_M_norm": {str(l): float(np.linalg.norm(d)) for l, d in delta_M.items()}}
+    return delta_M
 
 
 if __name__ == "__main__":  # torchrun --nproc-per-node N -m gpu.maps.fit --model M --splits S --out F

@@ -223,9 +223,10 @@ def recommend(summary: dict, budget: dict, confirmed: dict[str, dict] | None = N
         return {"arm": "exact", "keeps_budget": False, "budget": budget,
                 "why": why + ": use exact prefill (--fill exact)"}
     flags = {"split": r["split"], "tail": r["tail"], "fill": r["fill"], "rows": r["rows"],
-             **({"rescale": r["rescale"]} if r["rescale"] else {})}
+             **({"rescale": r["rescale"]} if r["rescale"] else {}),
+             **({"values_fill": r["values_fill"]} if r.get("values_fill") else {})}
     return {"arm": r["arm"], "keeps_budget": True, "budget": budget, "config": flags,
-            "flags": " ".join(f"--{k} {v}" for k, v in flags.items()),
+            "flags": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in flags.items()),
             "retrieval": r["retrieval"], "vs_exact": r["vs_exact"], "dnll_key": r["dnll_key"],
             "macs_share": r["macs_share"], "mac_ceiling": r["mac_ceiling"],
             "speedup": r["speedup"], "confirmation": (confirmed or {}).get(r["arm"])}

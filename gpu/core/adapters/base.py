@@ -64,6 +64,13 @@ class Adapter:
         """
         return self.writer(i).project(normed, cos, sin)
 
+    def project_entries(self, i: int, kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Cache entries from a direct cache-entry map's output ``kv`` (1, n, 2 n_kv d_head):
+        its key and value projections stacked, before the key norm and RoPE (the maps' kind
+        "kv"). -> k, v: (1, n_kv, n, head_dim), as :meth:`keys_values` returns them."""
+        k, v = kv.chunk(2, dim=-1)
+        return self.writer(i).entries(k, v, cos, sin)
+
     def queries(self, i: int, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         attn = self.attn(i)
         shape = (*normed.shape[:-1], -1, attn.head_dim)
@@ -126,9 +133,13 @@ class EntryWriter(nn.Module):
         return self.project(self.norm(x), cos, sin)
 
     def project(self, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        shape = (*normed.shape[:-1], -1, self.head_dim)
-        k = self.k_proj(normed).view(shape).transpose(1, 2)
-        v = self.v_proj(normed).view(shape).transpose(1, 2)
+        return self.entries(self.k_proj(normed), self.v_proj(normed), cos, sin)
+
+    def entries(self, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Key and value projections (1, n, n_kv * head_dim) -> cache entries: heads split,
+        the key norm (QK-norm families) and RoPE on the keys."""
+        shape = (*k.shape[:-1], -1, self.head_dim)
+        k, v = k.view(shape).transpose(1, 2), v.view(shape).transpose(1, 2)
         if self.k_norm is not None:
             k = self.k_norm(k)
         return _apply_rope(k, cos, sin), v
