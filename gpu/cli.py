@@ -172,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "identity)")
     e.add_argument("--cut", nargs="+", help="frontier: arm-name patterns left out (fnmatch; "
                    "default: the model's cuts in gpu.eval.frontier.CUTS)")
+    e.add_argument("--keep", nargs="+", help="frontier: only the arms these patterns name "
+                   "(fnmatch), with exact and POP native (e.g. the n >= 120 comparison)")
     e.add_argument("--checks", type=float, nargs="+",
                    help="frontier: decode-time check thresholds at 5/8 depth (paper I.4; "
                         "default 0.5)")
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                        other_order=a.other_order, resume=a.resume)
         if a.command == "eval" and a.what == "frontier":
             import torch
-            from .eval.frontier import CHECKS, run
+            from .eval.frontier import CHECKS, TASKS, run
             from .eval.harness import stop_on_sigterm
             stop_on_sigterm()  # a stopped frontier still writes its partial report
             if a.threads:
@@ -323,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 checks=a.checks or CHECKS, seed=a.seed or 0, device=a.device,
                 timing_units=a.timing_units, progress=not a.quiet,
                 loss_length=a.loss_length or 4096, cut=tuple(a.cut) if a.cut else None,
-                fills=tuple(a.fills or ("ridge", "identity")),
+                fills=tuple(a.fills or ("ridge", "identity")), keep=tuple(a.keep or ()),
+                tasks=tuple(a.tasks or TASKS),
                 instruments=tuple(a.instruments or ("needle", "loss")))
             return 0
         if a.command == "eval":

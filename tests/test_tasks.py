@@ -294,3 +294,23 @@ def test_largest_fitting_matches_linear_scan(costs, base, budget):
     assert (hi is None) == (want == len(costs))
     if hi is not None:
         assert prefix[hi] > budget and hi == lo + 1
+
+
+def test_paraphrased_needle_shares_no_four_word_run_with_its_question():
+    """The held-out kind of needle: its question and answer prefix paraphrase it (no 4-word
+    run in common), on real samples; RULER's own wording shares its key phrase (the checker
+    bites: "special magic" twice, a 3-word run once the key is counted)."""
+    from gpu.eval.tasks import PARAPHRASED, make_sample, shared_run
+
+    hay = " ".join(f"Sentence {i} tells of the river and the town." for i in range(400))
+    for i in range(5):
+        s = make_sample("niah_paraphrase", 512, 0, hay, lambda t: len(t.split()), index=i)
+        [needle] = s.needles
+        assert needle.value in needle.text and s.expected == [needle.value]
+        assert needle.key in s.question
+        assert not shared_run(needle.text, s.question) and not shared_run(needle.text,
+                                                                          s.answer_prefix)
+    r = make_sample("niah_single_1", 512, 0, hay, lambda t: len(t.split()))
+    assert shared_run(r.needles[0].text, r.question, 2)
+    assert shared_run("a b c d e", "x b c d e", 4) and not shared_run("a b c d", "a b c x", 4)
+    assert set(PARAPHRASED) <= set(__import__("gpu.eval.tasks", fromlist=["x"]).TASK_CONFIG)

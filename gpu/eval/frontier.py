@@ -63,7 +63,9 @@ LENGTHS = {"gemma3-270m": (4096, 8192)}  # filled-region needles (issue 20); oth
 _QWEN_CUT = ("*+*", "*/t512", "*/t1024", "*/rescale-*", "*/check-*")
 CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/t512"),
         "qwen2.5-coder-0.5b": (*_QWEN_CUT, "*@6/*", "*@9/*"),
-        "qwen2.5-coder-1.5b": (*_QWEN_CUT, "*@7/*", "*@10/*", "*/splice-*")}
+        "qwen2.5-coder-1.5b": (*_QWEN_CUT, "*@7/*", "*@10/*", "*/splice-*",
+                               # the new fills at 5/8 and POP's split only, no source pairs
+                               "*.*-values@*", "anchored@14/*", "kv@14/*")}
 
 
 # fills beyond the paper (gpu.maps.files.KINDS) at 1/2, 5/8 and POP's split, one-token tail, no
@@ -91,6 +93,7 @@ class Frontier:
     fills: tuple[str, ...] = ("ridge", "identity")
     checks: tuple[float, ...] = ()    # decode-time check thresholds (gpu.eval.decode_check)
     cut: tuple[str, ...] = ()         # fnmatch patterns of arm names left out
+    keep: tuple[str, ...] = ()        # fnmatch patterns: only these arms (and exact, POP)
     beyond: tuple[str, ...] = BEYOND_FILLS                   # fills beyond the paper
     sources: tuple[tuple[str, str], ...] = SOURCE_PAIRS      # (keys' fill, values' fill)
 
@@ -164,7 +167,8 @@ class Frontier:
                     check=c, label=f"ridge, split {self.deep}, tail {t}, decode check {c:g}")
                 for c in self.checks]
         return [a for a in out if a.name in ("exact", self.pop_native)
-                or not any(fnmatch.fnmatchcase(a.name, c) for c in self.cut)]
+                or (not any(fnmatch.fnmatchcase(a.name, c) for c in self.cut)
+                    and (not self.keep or any(fnmatch.fnmatchcase(a.name, k) for k in self.keep)))]
 
     def pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
         """Every arm against POP native (against exact the harness pairs already)."""
@@ -191,7 +195,8 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
                     tails: tuple[int, ...] = TAILS, seed: int = 0,
                     fills: tuple[str, ...] = ("ridge", "identity"),
                     checks: tuple[float, ...] = (),
-                    cut: tuple[str, ...] | None = None,
+                    cut: tuple[str, ...] | None = None, keep: tuple[str, ...] = (),
+                    tasks: tuple[str, ...] = TASKS,
                     instruments: tuple[str, ...] = ("needle", "loss"),
                     ) -> tuple[EvalConfig, Frontier]:
     """(the harness's grid, the frontier) of a loaded model, sized like the selector study:
@@ -202,9 +207,10 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
         raise ValueError(f"instruments {instruments}: choose from 'needle' and 'loss'")
     preset = preset_for(loaded)
     fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), fills=fills, checks=checks,
-                  cut=cut if cut is not None else CUTS.get(loaded.name, ()))
+                  cut=cut if cut is not None else CUTS.get(loaded.name, ()), keep=keep)
     lengths = tuple(lengths or LENGTHS.get(loaded.name, (2048, 4096)))
-    used = {a.split for a in fr.arms() if a.split is not None}  # maps only where arms run
+    # maps only where the grid's arms run (before ``keep``: a narrower rerun reuses its maps)
+    used = {a.split for a in replace(fr, keep=()).arms() if a.split is not None}
     primary = fr.primary if fr.primary in used else min(used)
     rest = [s for s in fr.splits if s != primary and s in used]
     tail = max(fr.tails)  # needles lie before every arm's tail; key tokens see no prefix
@@ -213,7 +219,7 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
                          f"the scored stretch) and shorter than the documents ({loss_length}); "
                          "pass other --tails or --loss-length")
     cfg = replace(preset, splits=(primary, *rest), tail=tail,
-                  needles={n: TASKS for n in lengths}, samples=samples, docs=docs,
+                  needles={n: tuple(tasks) for n in lengths}, samples=samples, docs=docs,
                   loss_length=loss_length, seed=seed,
                   score_tokens=min(preset.score_tokens, tail // 2),
                   instruments=tuple(i for i in ("needle", "loss")
@@ -251,7 +257,8 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         timing_units: int = 1, progress: bool = True, loaded=None, texts=None,
         fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096,
         fills: tuple[str, ...] = ("ridge", "identity"),
-        cut: tuple[str, ...] | None = None,
+        cut: tuple[str, ...] | None = None, keep: tuple[str, ...] = (),
+        tasks: tuple[str, ...] = TASKS,
         instruments: tuple[str, ...] = ("needle", "loss")) -> list[dict]:
     """``ridgefill eval frontier``: each model's grid (resumable), its timing and summary.
     ``loaded`` / ``texts`` / ``fit_kw`` / ``calib``: a model, texts and fit settings other
@@ -263,7 +270,7 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         cfg, fr = frontier_config(lm, samples=samples, docs=docs, lengths=lengths,
                                   tails=tuple(tails or TAILS), seed=seed, loss_length=loss_length,
                                   fills=fills, checks=tuple(checks or ()), cut=cut,
-                                  instruments=instruments)
+                                  keep=keep, tasks=tasks, instruments=instruments)
         arms = fr.arms()
         # the grid with every instrument: a run of one of them reports itself partial
         whole = replace(cfg, instruments=("needle", "loss") if docs else ("needle",))

@@ -165,7 +165,9 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     mdir.mkdir(parents=True, exist_ok=True)
     (mdir / ".gitignore").write_text("*\n")  # map files are large and rebuilt on demand
     splits = sorted(cfg.splits)
-    extra = tuple(k for k in kinds if k != "ridge")
+    # every kind beyond ridge from one more capture whichever are asked for (a narrower rerun
+    # reuses the same files)
+    extra = ("anchored", "kv") if set(kinds) - {"ridge"} else ()
     runs = [(("ridge",), f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}")]
     if extra:
         runs.append((extra, f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw, extra)}"))

@@ -39,6 +39,8 @@ import numpy as np
 __all__ = [
     "TASKS",
     "TASK_CONFIG",
+    "PARAPHRASED",
+    "shared_run",
     "NEEDLE_TEMPLATE",
     "REPEAT_HAYSTACK",
     "Needle",
@@ -61,6 +63,15 @@ TASK_CONFIG: dict[str, dict[str, int]] = {
     "niah_multiquery": {"num_keys": 4, "num_values": 1, "num_queries": 4},
 }
 TASKS = tuple(TASK_CONFIG)
+# a needle whose question paraphrases it (held out from RULER's wording: the question and the
+# answer prefix share no 4-word run with the needle, :func:`shared_run`), one key, one value:
+# (needle, preamble, question, answer prefix)
+PARAPHRASED = {"niah_paraphrase": (
+    "Remember this: the archivist gave the {key} the code {value}.",
+    "A short note is hidden within the following text. Make sure to remember it.",
+    "Which code was assigned to the {query} earlier? Answer with the code.",
+    "The code assigned to the {query} is")}
+TASK_CONFIG.update({t: {"num_keys": 1, "num_values": 1, "num_queries": 1} for t in PARAPHRASED})
 
 NEEDLE_TEMPLATE = "One of the special magic {type_v} for {key} is: {value}."
 PREAMBLE = ("Some special magic {type_v} are hidden within the following text. "
@@ -228,10 +239,13 @@ def make_sample(task: str, length: int, seed: int, haystack: str,
     query = queries[0] if len(queries) == 1 else ", ".join(queries[:-1]) + ", and " + queries[-1]
     expected = [v for i in queried_idx for v in values[i]]
     pre_t, q_t, pfx_t, type_v = _plural_forms(len(expected))
+    needle_t = NEEDLE_TEMPLATE
+    if task in PARAPHRASED:
+        needle_t, pre_t, q_t, pfx_t = PARAPHRASED[task]
     preamble = pre_t.format(type_v=type_v)
     question = q_t.format(type_v=type_v, query=query)
     answer_prefix = pfx_t.format(type_v=type_v, query=query)
-    needle_texts = [NEEDLE_TEMPLATE.format(type_v="numbers", key=keys[ki], value=v) for ki, v in needles]
+    needle_texts = [needle_t.format(type_v="numbers", key=keys[ki], value=v) for ki, v in needles]
 
     def build(n_words: int) -> tuple[str, list[tuple[int, int]]]:
         first = int(start_frac * (len(words) - n_words + 1))
@@ -291,6 +305,15 @@ def make_sample(task: str, length: int, seed: int, haystack: str,
         answer_prefix=answer_prefix, query=query,
         meta={"haystack_words": lo, "reserve": reserve, "base_seed": seed},
     )
+
+
+def shared_run(a: str, b: str, n: int = 4) -> bool:
+    """True when texts ``a`` and ``b`` share a run of ``n`` words (lowercased, punctuation
+    dropped): the test a paraphrased question must fail."""
+    def runs(text: str) -> set[tuple[str, ...]]:
+        w = re.findall(r"[a-z0-9-]+", text.lower())
+        return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+    return bool(runs(a) & runs(b))
 
 
 def _largest_fitting(n_tokens: Callable[[int], int], budget: int, n_max: int) -> tuple[int, int | None]:
