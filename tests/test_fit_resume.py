@@ -1,15 +1,15 @@
 """Nothing lost (issue 7) and scale-out (issue 4), with real processes:
 
-- kill-and-resume: ``python -m gpu.maps.fit ...`` is killed (SIGKILL) once its moments checkpoint
+- kill-and-resume: ``python -m gpu fit ...`` is killed (SIGKILL) once its moments checkpoint
   first appears; rerunning the same command resumes and ends with moments equal, fp64
   bitwise (np.array_equal on every array of the npz), to an uninterrupted run's;
 - torchrun: two CPU ranks over gloo on the loopback address give moments equal to a
   single-process fit (relative error < 1e-12) and the same maps.
 
 The killed run is the same CLI entry (gpu.cli.main(["fit", ...]), which is all that
-``python -m gpu.maps.fit`` runs) with ``gpu.maps.fit.capture`` slowed by a sleep, so the kill lands
+``python -m gpu fit`` runs) with ``gpu.maps.fit.capture`` slowed by a sleep, so the kill lands
 mid-capture on any machine; the uninterrupted run and the resumed run are plain
-``python -m gpu.maps.fit``.
+``python -m gpu fit``.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_kill_and_resume_gives_bitwise_equal_moments():
     outs = {s: out.with_name(f"m-s{s}.safetensors") for s in (1, 2)}
 
     # 1) uninterrupted run
-    run([sys.executable, "-m", "gpu.maps.fit", *fit_args(model, calib, ref_out)])
+    run([sys.executable, "-m", "gpu", "fit", *fit_args(model, calib, ref_out)])
     ref = npz(moments_path(ref_out))
     assert int(ref["done"]) == N_DOCS
 
@@ -111,8 +111,8 @@ def test_kill_and_resume_gives_bitwise_equal_moments():
     assert not any(p.exists() for p in outs.values())  # no map file from the killed run
     assert not np.array_equal(partial["s1/xtx"], ref["s1/xtx"])
 
-    # 3) rerun the same command (plain python -m gpu.maps.fit): resumes and finishes
-    run([sys.executable, "-m", "gpu.maps.fit", *fit_args(model, calib, out)])
+    # 3) rerun the same command (plain python -m gpu fit): resumes and finishes
+    run([sys.executable, "-m", "gpu", "fit", *fit_args(model, calib, out)])
     final = npz(ckpt)
     assert sorted(final) == sorted(ref)
     for k in ref:
@@ -139,7 +139,7 @@ def test_torchrun_two_gloo_ranks_equal_single_process_fit():
     dist_out = scratch("torchrun") / "m.safetensors"
     run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-         "-m", "gpu.maps.fit", *fit_args(model, calib, dist_out)], timeout=400)
+         "-m", "gpu", "fit", *fit_args(model, calib, dist_out)], timeout=400)
 
     single_out = scratch("single") / "m.safetensors"
     loaded = models.load(str(model), device="cpu", dtype=torch.float32)

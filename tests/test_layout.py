@@ -1,6 +1,8 @@
-"""The layout shows the architecture (issue 18; DESIGN.md "What lives where"): imports inside
-gpu/ point one way (tools/eval -> maps/data -> core), no package reaches into another's
-private names, and no module outgrows a screenful of concepts."""
+"""The layout shows the architecture (docs/architecture.md): packages depend one way
+(gpu -> rfmodel -> rfmath; nothing imports proofs_check), imports inside gpu/ point one way
+(tools/eval -> maps/data -> core), no module imports itself back through others (no cycle,
+function-level imports included), no package reaches into another's private names, and no
+module of rfmath, rfmodel or gpu outgrows a screenful of concepts."""
 from __future__ import annotations
 
 import ast
@@ -39,12 +41,18 @@ def _main_guard(node: ast.AST) -> bool:
             and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
 
 
-def imports(path: Path):
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+
+
+def imports(path: Path, run_time: bool = False):
     """(imported module, names, line) of every import outside ``if __name__ == ...`` blocks,
-    as absolute module names (``from . import x`` gives module.x)."""
+    as absolute module names (``from . import x`` gives module.x); ``run_time``: also without
+    the ``if TYPE_CHECKING:`` blocks (annotations only)."""
     module = _module(path)
     tree = ast.parse(path.read_text())
-    skip = {id(n) for top in ast.walk(tree) if _main_guard(top) for n in ast.walk(top)}
+    skip = {id(n) for top in ast.walk(tree)
+            if _main_guard(top) or (run_time and _type_checking(top)) for n in ast.walk(top)}
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
@@ -66,6 +74,10 @@ def _owner(module: str) -> str:
 
 
 GPU_FILES = sorted(GPU.rglob("*.py"))
+SIZED_FILES = [p for pkg in ("rfmath", "rfmodel", "gpu") for p in sorted((ROOT / pkg).rglob("*.py"))]
+# what each package may not import
+PACKAGE_FORBIDDEN = {"rfmath": ("rfmodel", "gpu", "proofs_check"),
+                     "rfmodel": ("gpu", "proofs_check"), "gpu": ("proofs_check",)}
 ALL_FILES = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
 
 
@@ -121,7 +133,43 @@ def test_core_does_not_import_the_harness_at_run_time():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_packages_depend_one_way(path):
+    module = _module(path)
+    for target, _, line in imports(path):
+        for bad in PACKAGE_FORBIDDEN.get(module.split(".")[0], ()):
+            assert not (target == bad or target.startswith(bad + ".")), (
+                f"{module} imports {target} (line {line}): {module.split('.')[0]} may not "
+                f"import {bad}")
+
+
+def test_no_import_cycles():
+    """No module reaches itself again through the modules it imports, counting imports inside
+    functions (which hide a cycle from Python's import machinery, not from the design).
+    Package __init__ modules are namespaces here (``from .. import __version__``), and
+    annotations-only imports (``if TYPE_CHECKING:``) are no dependency."""
+    files = {_module(p): p for p in ALL_FILES}
+    modules = {m for m, p in files.items() if p.name != "__init__.py"}
+    graph = {m: {t for t, _, _ in imports(files[m], run_time=True) if t in modules and t != m}
+             for m in modules}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                cycle = path[path.index(t):] + [t] if t in path else [m, t]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(modules):
+        if m not in state:
+            visit(m, [m])
+
+
+@pytest.mark.parametrize("path", SIZED_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_modules_stay_small(path):
     n = len(path.read_text().splitlines())
     assert n <= MAX_LINES, f"{path.relative_to(ROOT)} has {n} lines; split it by concept"

@@ -13,7 +13,7 @@ from rfmodel.lexical import (
     sentence_ids,
     words,
 )
-from rfmodel import kernels
+from rfmodel import text_kernels
 
 
 def _py(kernel):
@@ -166,7 +166,7 @@ def test_lexical_net_rows_sorted_unique_in_prefix_and_capped(case):
 def test_ngram_hits_numba_equals_reference(ws, window, k):
     a, b = np.array(ws, np.int64), np.array(window, np.int64)
     np.testing.assert_array_equal(NGRAM_BACKENDS["numba"](a, b, k), NGRAM_BACKENDS["reference"](a, b, k))
-    np.testing.assert_array_equal(_py(kernels.ngram_hits)(a, b, k), kernels.ngram_hits(a, b, k))
+    np.testing.assert_array_equal(_py(text_kernels.ngram_hits)(a, b, k), text_kernels.ngram_hits(a, b, k))
 
 
 @pytest.mark.parametrize("kwargs, arg", [

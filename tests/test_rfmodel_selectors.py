@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rfmodel import kernels
+from rfmodel import text_kernels
 from rfmodel.selectors import (
     ELIGIBLE_CLASSES,
     SPAN_BACKENDS,
@@ -188,8 +188,8 @@ def test_complete_groups_numba_equals_reference(steps, data, max_run):
     group = np.cumsum(np.array([1] + steps[1:], dtype=np.int64) > 0).astype(np.int64) - 1 if steps else np.zeros(0, np.int64)
     sel = np.array(data.draw(st.lists(st.booleans(), min_size=group.size, max_size=group.size)), dtype=bool)
     ref = SPAN_BACKENDS["reference"](group, sel, max_run)
-    np.testing.assert_array_equal(kernels.complete_groups(group, sel, max_run), ref)
-    np.testing.assert_array_equal(_py(kernels.complete_groups)(group, sel, max_run), ref)
+    np.testing.assert_array_equal(text_kernels.complete_groups(group, sel, max_run), ref)
+    np.testing.assert_array_equal(_py(text_kernels.complete_groups)(group, sel, max_run), ref)
 
 
 @given(st.integers(0, 30), st.lists(st.lists(st.integers(0, 40), max_size=20), max_size=4))

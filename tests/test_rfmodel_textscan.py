@@ -1,4 +1,4 @@
-"""The Numba text scans (rfmodel.charclass + rfmodel.kernels) against their plain twins:
+"""The Numba text scans (rfmodel.charclass + rfmodel.text_kernels) against their plain twins:
 the charclass flags against the Python predicates they stand for, and the lexical net and
 word groups of both backends on Unicode text that exercises every rule of Appendix H
 (letters of many scripts, numbers, combining marks, every line break, CJK ends, astral code
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rfmodel import charclass, kernels, lexical
+from rfmodel import charclass, lexical, text_kernels
 from rfmodel.lexical import lexical_net
 from rfmodel.selectors import complete_spans, word_groups
 
@@ -78,7 +78,7 @@ def test_scans_agree_piece_by_piece(case):
         else:
             np.testing.assert_array_equal(a, b)
     ws = lexical.words(text, blocked)
-    starts, ends, sent = kernels.scan_text(charclass.codepoints(text),
+    starts, ends, sent = text_kernels.scan_text(charclass.codepoints(text),
                                            charclass.flags(charclass.codepoints(text)), blocked,
                                            lexical._BREAKS, lexical._MARKS)
     assert [(a, b) for _, a, b in ws] == list(zip(starts.tolist(), ends.tolist()))
@@ -91,8 +91,8 @@ def test_hash_collision_falls_back_to_the_words(monkeypatch):
     spans = np.array([(i, i + 1) for i in range(len(text))], dtype=np.int64)
     want = lexical_net(text, spans, 44, window=20, backend="reference")
     assert want.size
-    real = kernels.word_keys
-    monkeypatch.setattr(kernels, "word_keys",
+    real = text_kernels.word_keys
+    monkeypatch.setattr(text_kernels, "word_keys",
                         lambda cps, s, e: (real(cps, s, e)[0], np.zeros(len(s), np.uint64)))
     np.testing.assert_array_equal(lexical_net(text, spans, 44, window=20, backend="numba"), want)
 

@@ -9,7 +9,7 @@ known (:meth:`PrefillConfig.resolve`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 FILLS = ("ridge", "anchored", "kv", "identity", "none", "exact")
@@ -214,7 +214,3 @@ def _choice(name: str, value, allowed: tuple) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r}: choose one of {', '.join(map(repr, allowed))}")
 
-
-def config_fields() -> tuple:
-    """The dataclass fields, in order (for the CLI and its parity test)."""
-    return fields(PrefillConfig)

@@ -59,3 +59,12 @@ class Plan:
 
     def with_rows(self, rows) -> "Plan":
         return Plan(self.n, self.split, self.tail, self.n_layers, np.asarray(rows, np.int64))
+
+
+def row_counts(plan: "Plan | None", n: int) -> dict[str, int]:
+    """Filled, exact-prefix and tail rows of a prefill of ``n`` rows under ``plan`` (None:
+    exact prefill, every row in the tail): what the evaluation's records carry."""
+    if plan is None:
+        return {"filled": 0, "exact_prefix": 0, "tail": n}
+    c = plan.counts()
+    return {"filled": c["filled"], "exact_prefix": c["exact_prefix"], "tail": c["tail"]}

@@ -29,6 +29,7 @@ from rfmodel.selectors import complete_spans
 from ..core import late
 from ..core.config import PrefillConfig
 from ..core.engine import Engine, Feeder, Prefill
+from ..core.plan import row_counts
 from ..core.prompt import Prompt
 
 
@@ -146,8 +147,6 @@ def checked_loss(sess, arm, prompt: Prompt, start: int, continuation: list[int],
     scored stretch ``[start, N)`` prefilled under the arm (its own tail), then the stretch and
     the exact arm's ``continuation`` fed as decoding steps through the check. Returns the
     record and the logits predicting each continuation token (for agreement), or None."""
-    from .instruments import plan_counts
-
     t0 = time.perf_counter()
     head = Prompt(prompt.ids[:, :start], prompt.text, prompt.spans[:start], prompt.pieces[:start],
                   prompt.special[prompt.special < start], start)
@@ -160,7 +159,7 @@ def checked_loss(sess, arm, prompt: Prompt, start: int, continuation: list[int],
     logp = torch.log_softmax(torch.stack(logits[: prompt.n - start]).double(), -1)
     target = prompt.ids[0, start:].to(logp.device)
     nll = -logp.gather(1, target[:, None])[:, 0]
-    rec = {"nll": [round(float(x), 5) for x in nll], "n": prompt.n, **plan_counts(pre, start),
+    rec = {"nll": [round(float(x), 5) for x in nll], "n": prompt.n, **row_counts(pre.plan, start),
            "macs_share": sess.macs_share(arm, pre, start),
            "check": {**feeder.stats, "exact_prefix_after": feeder.exact_rows},
            "seconds": time.perf_counter() - t0}

@@ -93,7 +93,8 @@ class Frontier:
     fills: tuple[str, ...] = ("ridge", "identity")
     checks: tuple[float, ...] = ()    # decode-time check thresholds (gpu.eval.decode_check)
     cut: tuple[str, ...] = ()         # fnmatch patterns of arm names left out
-    keep: tuple[str, ...] = ()        # fnmatch patterns: only these arms (and exact, POP)
+    keep: tuple[str, ...] = ()        # fnmatch patterns: only these arms (and exact, POP);
+    #                                   {half}, {deep}, {pop} stand for those splits
     beyond: tuple[str, ...] = BEYOND_FILLS                   # fills beyond the paper
     sources: tuple[tuple[str, str], ...] = SOURCE_PAIRS      # (keys' fill, values' fill)
 
@@ -166,9 +167,10 @@ class Frontier:
         out += [Arm(f"{arm_name('ridge', self.deep, t)}/check-{c:g}", "ridge", self.deep, t,
                     check=c, label=f"ridge, split {self.deep}, tail {t}, decode check {c:g}")
                 for c in self.checks]
+        keep = [k.format(half=self.half, deep=self.deep, pop=self.pop) for k in self.keep]
         return [a for a in out if a.name in ("exact", self.pop_native)
                 or (not any(fnmatch.fnmatchcase(a.name, c) for c in self.cut)
-                    and (not self.keep or any(fnmatch.fnmatchcase(a.name, k) for k in self.keep)))]
+                    and (not self.keep or any(fnmatch.fnmatchcase(a.name, k) for k in keep)))]
 
     def pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
         """Every arm against POP native (against exact the harness pairs already)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..core.config import pop_split
+from ..core.engine import SPLICES
 from . import tasks
 from .instruments import Arm
 
-SPLICES = ("keys", "values", "both")
 
 
 @dataclass

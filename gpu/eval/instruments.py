@@ -31,14 +31,15 @@ from .batch_decode import Batch
 from ..core.cache import full_cache, layer_inputs
 from ..core.engine import Engine, Feeder, Prefill
 from ..core.config import PrefillConfig
+from ..core.plan import row_counts
 from ..core.prompt import Prompt
+from .decode_check import CheckedFeeder, decode
 
 try:  # the cost-model view of a HF config (optional: only the MAC shares need it)
     from ..core.archspec import arch_of
 except ImportError:  # pragma: no cover
     arch_of = None
 
-CONTROLS = ("random", "tail")
 _COST_ARM = {"ridge": "ridgefill", "anchored": "ridgefill", "kv": "kv", "identity": "identity",
              "none": "nofill", "exact": "exact"}
 
@@ -179,13 +180,6 @@ def probe_sweep_macs(arch, n_prefix: int, split: int, window: int, arm: str) -> 
     return whole - lower
 
 
-def plan_counts(pre: Prefill, n: int) -> dict:
-    if pre.plan is None:
-        return {"filled": 0, "exact_prefix": 0, "tail": n}
-    c = pre.plan.counts()
-    return {"filled": c["filled"], "exact_prefix": c["exact_prefix"], "tail": c["tail"]}
-
-
 # ----------------------------------------------------------------------------- decoding
 def step_logits(engine: Engine, pre: Prefill, tokens: list[int]) -> torch.Tensor:
     """Logits (len(tokens), vocab) predicting each of ``tokens`` in turn: the prefill's last
@@ -247,7 +241,7 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
         exact = set(pre.plan.exact_rows.tolist()) if pre.plan is not None else set()
         rows = [r for r in needle_rows if pre.plan is None or r < pre.plan.n_prefix]
         covered = (sum(r in exact for r in rows) / len(rows)) if rows and pre.plan is not None else None
-        rec = {"n": prompt.n, **plan_counts(pre, prompt.n), "needle_rows_exact": covered,
+        rec = {"n": prompt.n, **row_counts(pre.plan, prompt.n), "needle_rows_exact": covered,
                "macs_share": sess.macs_share(arm, pre, prompt.n)}
         counts[arm.name] = rec["exact_prefix"]
         if arm.fill == "exact":
@@ -283,8 +277,6 @@ def checked_answer(sess: Session, arm: Arm, pre: Prefill, prompt: Prompt, max_ne
     """The answer of a decode-check arm (paper I.4; gpu.eval.decode_check), decoded alone; its
     repairs, and the seconds per step of the same prefill decoded without the check (a copy
     of its cache) beside its own: the check's overhead."""
-    from .decode_check import CheckedFeeder, decode
-
     engine = sess.engine(arm.split)
     t0 = time.perf_counter()
     plain = engine.decode(replace(pre, cache=copy.deepcopy(pre.cache)), max_new_tokens, eos,
@@ -346,7 +338,7 @@ def loss(sess: Session, arm: Arm, prompt: Prompt, start: int, *, count: int = 0,
     pre = sess.prefill(arm, prompt, count=count, seed=seed, exact_cache=exact_cache,
                        tail=tail, window_blind=True, keep=need)
     nll = stretch_nll(pre, prompt.ids, start)
-    rec = {"nll": [round(float(x), 5) for x in nll], "n": prompt.n, **plan_counts(pre, prompt.n),
+    rec = {"nll": [round(float(x), 5) for x in nll], "n": prompt.n, **row_counts(pre.plan, prompt.n),
            "macs_share": sess.macs_share(arm, pre, prompt.n)}
     agree_pre = pre if agreement else None
     if agreement and native_tail and arm.fill != "exact" and arm.tail < need:

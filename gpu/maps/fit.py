@@ -436,11 +436,3 @@ def _correction(engine: Engine, captures, s: int, maps: dict, opts: FitOptions, 
         "seconds": time.perf_counter() - t2,
         "delta_M_norm": {str(l): float(np.linalg.norm(d)) for l, d in delta_M.items()}}
     return delta_M
-
-
-if __name__ == "__main__":  # torchrun --nproc-per-node N -m gpu.maps.fit --model M --splits S --out F
-    import sys
-
-    from ..cli import main
-
-    sys.exit(main(["fit", *sys.argv[1:]]))

@@ -42,7 +42,7 @@ def maps_for(loaded: models.Loaded, split: int, max_tokens: int = 24_000) -> Pat
         print(f"fitting maps for {loaded.name} at split {split} on the built-in calibration "
               f"text ({max_tokens} tokens; once, cached in {path})", flush=True)
         device = str(loaded.model.device)
-        subprocess.run([sys.executable, "-m", "gpu.maps.fit", "--model", str(loaded.path),
+        subprocess.run([sys.executable, "-m", "gpu", "fit", "--model", str(loaded.path),
                         "--device", device, "--splits", str(split), "--max-tokens",
                         str(max_tokens), "--out", str(path)], check=True)
     return path
