@@ -14,6 +14,7 @@ from dataclasses import MISSING, fields
 from .core.advised import ADVISABLE
 from .maps.files import KINDS
 from .core.config import PrefillConfig
+from .core.models import SMALL
 from .data.corpus import FetchError
 
 
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out-dir", type=Path, default=Path("out/demo"))
 
     b = sub.add_parser("bench", help="time to first token: exact vs RidgeFill, alternating")
-    b.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
+    b.add_argument("--models", nargs="+", default=list(SMALL))
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--split", type=int, help="split layer (default per model)")
     b.add_argument("--tail", type=int, help="exact tail (default per model)")
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.threads:
                 torch.set_num_threads(a.threads)
             out = a.out_dir if a.out_dir != Path("results") else Path("results/frontier")
-            run(a.models or ["smollm2-135m", "gemma3-270m"], out_dir=out, samples=a.samples or 10,
+            run(a.models or list(SMALL), out_dir=out, samples=a.samples or 10,
                 docs=8 if a.docs is None else a.docs, lengths=a.lengths, tails=a.tails,
                 checks=a.checks or CHECKS, seed=a.seed or 0, device=a.device,
                 timing_units=a.timing_units, progress=not a.quiet,

@@ -123,7 +123,7 @@ def test_nonfinite_document_is_skipped_recorded_and_fit_goes_on(capsys):
     ms = load_maps(out, split=S)
     x = torch.randn(1, 3, 32)
     assert all(torch.isfinite(ms.predict(l, x)).all() for l in ms.layers)
-    assert f"split {S}: lambda" in capsys.readouterr().out
+    assert f"split {S} (ridge): lambda" in capsys.readouterr().out
 
 
 def test_fit_kinds_from_one_capture_equal_their_closed_forms():

@@ -102,6 +102,8 @@ def summarize(rep: dict, fr, arms: list[Arm], timing: dict, meta: dict) -> dict:
             "rows_settings": list(fr.rows), "cut": list(fr.cut), "checks": list(fr.checks),
             "needles": cfg["needles"], "samples": rep["counts"]["needle_samples"],
             "documents": rep["counts"]["documents"], "loss_length": cfg["loss_length"],
+            "key_tokens": rep.get("documents", {}).get("key_tokens"),
+            "docs_with_key_tokens": rep.get("documents", {}).get("docs_with_key_tokens"),
             "seed": meta["seed"], "command": meta["command"], "commands": rep["commands"],
             "wall_seconds": rep["wall_seconds"], "timing": {k: v for k, v in timing.items()
                                                             if k != "arms"},
@@ -134,7 +136,10 @@ def markdown(s: dict) -> str:
         L += ["> Partial: " + "; ".join(s["partial_reasons"]) + ". Rerun the command to "
               "resume; do not quote these numbers.", ""]
     L += [f"Command: `{s['command']}` (seed {s['seed']}); {s['samples']} filled-region needle "
-          f"samples ({s['needles']}), {s['documents']} documents of {s['loss_length']} tokens; "
+          f"samples ({s['needles']}), {s['documents']} documents of {s['loss_length']} tokens"
+          + (f" (key-token contrasts rest on {s['key_tokens']} key tokens in "
+             f"{s['docs_with_key_tokens']} documents)" if s.get("key_tokens") is not None else "")
+          + "; "
           f"wall time {s['wall_seconds'] / 60:.0f} min over {len(s['commands'])} command(s). "
           f"Splits {s['splits']} of {s['n_layers']} layers (POP's split {s['pop']}), tails "
           f"{s['tails']}, rows {s['rows_settings']}; rescales at split {s['primary']}"

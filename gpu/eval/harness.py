@@ -373,7 +373,7 @@ def run(what: str = "study", *, out_dir: Path = Path("results"), models_: list[s
         return 0
     if what != "study":
         raise ValueError(f"ridgefill eval {what!r}: choose 'study' or 'mini'")
-    names = models_ or ["smollm2-135m", "gemma3-270m"]
+    names = models_ or list(models.SMALL)
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval study"
     for name in names:
         loaded = models.load(name, device=device)

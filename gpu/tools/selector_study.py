@@ -309,7 +309,7 @@ def study_config(loaded, a) -> tuple[EvalConfig, EvalConfig]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpu.tools.selector_study", description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
+    p.add_argument("--models", nargs="+", default=list(models.SMALL))
     p.add_argument("--samples", type=int, default=10, help="per task and length")
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096])
     p.add_argument("--tasks", nargs="+", default=["niah_single_1", "niah_multikey_1"])
