@@ -329,7 +329,7 @@ class Engine:
         filled = torch.as_tensor(plan.filled, device=ids.device)
         stats: dict = {}
         adapter = compiled_adapter(self.adapter) if compiled else self.adapter
-        main = sources.get(fill, self.maps)
+        main = sources.get(fill)  # None: identity (x_S itself) or no fill
         ctx = late.Late(adapter, late.predict_of(main), plan.split, x_split, computed, filled, cache,
                         fill if fill in late.SOURCES else None,
                         tail_start=plan.n_prefix, rescale=rescale, rescale_rows=rescale_rows,
