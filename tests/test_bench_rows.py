@@ -55,6 +55,51 @@ def test_bench_times_every_arm_and_reports_their_ratios():
     assert rec["rows_probe"]["resolved"] is False and rec["rows_probe"]["sigma_seconds"] is None
 
 
+def test_advised_arm_is_timed_unless_it_is_exact_or_another_arm():
+    """The bench's default times each model's advised configuration (gpu.core.advised): none
+    beside exact where the advice is exact prefill, the POP arm where the advice is POP's own
+    configuration."""
+    from gpu.core.config import PrefillConfig
+    from gpu.tools.bench import advised_arm
+
+    rf = PrefillConfig(split=20, tail=1, rows="none")
+    pop = PrefillConfig(split=20, tail=1, fill="identity", rows="none")
+    assert advised_arm("smollm2-135m", rf, pop) == (None, "exact")
+    assert advised_arm("gemma3-270m", rf, PrefillConfig(split=12, tail=1, fill="identity",
+                                                        rows="none")) == (None, "pop")
+    assert advised_arm("not-a-built-in", rf, pop) == (None, None)
+
+
+def test_bench_times_the_advised_kv_fill_at_its_own_price(monkeypatch):
+    """A model advised to a fill the ridgefill arm does not run (here the direct cache-entry
+    maps) gets an "advised" arm, timed in the same rounds with maps of its own kind and
+    priced by its own MAC ceiling (rfmath.cost: the kv fill costs what the identity fill
+    does)."""
+    import torch
+
+    from gpu.core import advised
+    from gpu.tools.bench import bench_model
+    from rfmath.cost import speedup_ceiling
+
+    monkeypatch.setitem(advised.ADVISED, "smollm2-135m",
+                        {"fill": "kv", "split": 20, "tail": 1, "rows": "none"})
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (rec,) = bench_model("smollm2-135m", [300], repeats=1, random_weights=True, split=11,
+                             tail=64, rows_probe=False, other_order=False)
+    finally:
+        torch.set_num_threads(before)
+    med, a = rec["median_seconds"], rec["advised"]
+    assert set(med) == {"exact", "ridgefill", "pop", "advised"}
+    assert a["config"]["fill"] == "kv" and a["speedup"] == med["exact"] / med["advised"]
+    from gpu.core.archspec import arch_of
+    from gpu.core.models import random_model
+    arch = arch_of(random_model("smollm2-135m", "cpu").model.config)
+    assert a["ceiling_macs"] == speedup_ceiling(arch, 300, 20, 1, E=0, arm="identity")
+    assert a["ceiling_macs"] == rec["pop"]["ceiling_macs"]
+
+
 @pytest.mark.slow
 def test_bench_times_the_compiled_walk_beside_the_eager_one():
     """``--compile`` adds the torch.compile arm (gpu.core.compiled), warmed up untimed, and

@@ -55,6 +55,12 @@ def test_grid_of_a_30_layer_model():
     kv = next(a for a in f.arms() if a.name == "identity.kv-values@19/t1")
     assert (kv.fill, kv.values_fill, kv.config().map_kinds) == ("identity", "kv", ("kv",))
     assert {"ridge@19/t1/splice-keys", "ridge@19/t1/splice-values"} <= set(names)
+    # the fills against each other at 1/2, 5/8 and POP's split (identity at POP's is POP native)
+    fp = f.fill_pairs(f.arms())
+    assert ("ridge@19/t1", "identity@19/t1") in fp and ("anchored@20/t1", "ridge@20/t1") in fp
+    assert ("anchored@20/t1", "identity@20/t1") not in fp and len(fp) == 3 + 3 + 1
+    kept = fr.Frontier(30, keep=("ridge@{deep}/t1", "anchored@{deep}/t1")).arms()
+    assert fr.Frontier(30).fill_pairs(kept) == [("anchored@19/t1", "ridge@19/t1")]
     assert f.headline == "ridge@19/t1" and (f.headline, "pop@20", 3.0) in f.tests(f.arms())
     cut = fr.Frontier(18, cut=fr.CUTS["gemma3-270m"]).arms()
     assert "pop@12" in [a.name for a in cut]

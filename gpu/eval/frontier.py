@@ -176,6 +176,16 @@ class Frontier:
         """Every arm against POP native (against exact the harness pairs already)."""
         return [(a.name, self.pop_native) for a in arms if a.name not in ("exact", self.pop_native)]
 
+    def fill_pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
+        """The fills against each other where both ran (one-token tail, no rows): ridge against
+        identity (the size prediction), anchored against ridge and identity (its prediction); at
+        POP's split the identity fill is POP native, paired already."""
+        names, t1, out = {a.name for a in arms}, min(self.tails), []
+        for s in sorted({self.half, self.deep, self.pop}):
+            r, i, an = (arm_name(f, s, t1) for f in ("ridge", "identity", "anchored"))
+            out += [(a, b) for a, b in ((r, i), (an, r), (an, i)) if a in names and b in names]
+        return out
+
     def check_pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
         """Each decode-check arm against the default rows at its split and tail."""
         return [(a.name, arm_name("ridge", a.split, a.tail, DEFAULT_ROWS)) for a in arms
@@ -282,8 +292,8 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
         try:
             rep = ev.evaluate_model(lm, cfg, out_dir, texts, maps=maps,
                                     command=command, progress=progress, arms=arms, shard=shard,
-                                    pairs=fr.pairs(arms) + fr.check_pairs(arms)
-                                    + fr.component_pairs(arms),
+                                    pairs=fr.pairs(arms) + fr.fill_pairs(arms)
+                                    + fr.check_pairs(arms) + fr.component_pairs(arms),
                                     tests=fr.tests(arms), preset=whole)
         except (KeyboardInterrupt, SystemExit):  # stopped: the harness wrote a partial report
             if shard.rank == 0 and (root / "report.json").is_file():

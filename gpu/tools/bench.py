@@ -40,7 +40,10 @@ from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, load_maps
 from ..core.config import PrefillConfig, paper_split, pop_split
+from ..core.advised import ADVISABLE, ADVISED, default_config
 from ..core.engine import Engine
+from ..core.prompt import from_ids
+from ..eval.instruments import cost_arm
 
 SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
@@ -102,21 +105,47 @@ def _trim() -> None:
         pass
 
 
-def fitted_or_shaped_maps(loaded: models.Loaded, split: int) -> tuple[MapSet, str]:
-    """The cached fitted maps for (model, split) if any, else random maps of the same shape:
-    timing does not depend on the maps' values (said so in the output)."""
-    path = models.cache_dir() / "maps" / f"{loaded.name}-s{split}.safetensors"
+def fitted_or_shaped_maps(loaded: models.Loaded, split: int, kind: str = "ridge"
+                          ) -> tuple[MapSet, str]:
+    """The cached fitted maps of ``kind`` for (model, split) if any, else random maps of the
+    same shape: timing does not depend on the maps' values (said so in the output). A kv map
+    predicts each layer's key and value projections (2 n_kv d_head columns), the others its
+    input (d)."""
+    stem = f"{loaded.name}-s{split}" + ("" if kind == "ridge" else f"-{kind}")
+    path = models.cache_dir() / "maps" / f"{stem}.safetensors"
     kw = dict(dtype=loaded.model.dtype, device=loaded.model.device)
     if path.exists() and loaded.tokenizer is not None:
         return load_maps(path, loaded.model, split=split), str(path)
-    d = loaded.model.config.hidden_size
+    cfg = loaded.model.config
+    d = cfg.hidden_size
+    head_dim = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
+    d_out = 2 * cfg.num_key_value_heads * head_dim if kind == "kv" else d
     g = torch.Generator().manual_seed(0)
     tensors = {}
     for layer in range(split + 1, loaded.n_layers):
-        tensors[f"layers.{layer}.weight_bf16"] = (torch.randn(d, d, generator=g) / d**0.5).bfloat16()
-        tensors[f"layers.{layer}.bias"] = torch.zeros(d)
-    meta = {"layers": list(range(split + 1, loaded.n_layers)), "d_in": d, "d_out": d}
+        tensors[f"layers.{layer}.weight_bf16"] = (torch.randn(d_out, d, generator=g)
+                                                  / d**0.5).bfloat16()
+        tensors[f"layers.{layer}.bias"] = torch.zeros(d_out)
+    meta = {"layers": list(range(split + 1, loaded.n_layers)), "d_in": d, "d_out": d_out,
+            "kind": kind}
     return MapSet(split, meta, tensors, **kw), "random maps of the fitted shape (timing only)"
+
+
+def advised_arm(name: str, ridgefill: PrefillConfig, pop: PrefillConfig
+                ) -> tuple[PrefillConfig | None, str | None]:
+    """The model's advised configuration (gpu.core.advised) as its own bench arm, or None with
+    the arm it coincides with ("pop", "ridgefill") or "exact" when the advice is exact prefill
+    (nothing to time beside exact) or there is no advice."""
+    if name not in ADVISED:
+        return None, None
+    a = default_config(name)
+    if a.fill == "exact":
+        return None, "exact"
+    fields = ("fill", "values_fill", "split", "tail", "rows")
+    for other, label in ((pop, "pop"), (ridgefill, "ridgefill")):
+        if all(getattr(a, f) == getattr(other, f) for f in fields):
+            return None, label
+    return a, None
 
 
 def prompt_ids(loaded: models.Loaded, n: int) -> torch.Tensor:
@@ -189,12 +218,20 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                                                          (4096,)))
     split = split0 if split is None else split
     tail = tail0 if tail is None else tail
-    maps, maps_source = fitted_or_shaped_maps(loaded, split)
     loaded.name = name
+    pop = pop_split(loaded.n_layers)              # POP native: identity from L - floor(L/3)
+    advised, advised_as = advised_arm(name, base.replace(split=split, tail=tail, rows="none"),
+                                      base.replace(split=pop, tail=1, fill="identity",
+                                                   rows="none"))
+    maps, maps_source = fitted_or_shaped_maps(loaded, split)
+    kinds = {"ridge": maps}
+    for k in advised.map_kinds if advised is not None else ():
+        if k not in kinds or advised.split != split:
+            kinds[k], _ = fitted_or_shaped_maps(loaded, advised.split, k)
     arch = arch_of(loaded.model.config)
     L = loaded.n_layers
     engine = Engine(loaded.model, maps)
-    pop = pop_split(L)                            # POP native: identity from L - floor(L/3)
+    engine_advised = Engine(loaded.model, kinds) if advised is not None else None
     weights = "random (timing only)" if loaded.tokenizer is None else "real"
     todo = list(lengths or default_lengths)
     bar = tqdm(total=len(todo) * (repeats + 1), desc=f"bench {name}", unit="round")
@@ -217,6 +254,8 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
                                                   selector_options={"count": e, "seed": 0})
                for e in counts if e > 0},
         }
+        if advised is not None:  # the model's advised configuration (gpu.core.advised)
+            configs["advised"] = advised
         passes = ["exact-chunked"] if n > chunk else []
         key = measurement_key(name, n, weights, split, tail, repeats, chunk,
                               [*configs, *passes])
@@ -227,6 +266,10 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             continue
         ids = prompt_ids(loaded, n)
         arms = {k: (lambda x, c=c: engine.run(x, c)) for k, c in configs.items()}
+        if advised is not None:
+            text = advised.needs_text and advised.rows != "none"
+            arms["advised"] = lambda x: engine_advised.run(
+                x, advised, prompt=from_ids(loaded.tokenizer, x) if text else None)
         if passes:
             arms["exact-chunked"] = lambda x: exact_in_passes(loaded.model, x, chunk)
         for fn in arms.values():                 # one warm-up each
@@ -271,6 +314,13 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "compiled": {"speedup": med["exact"] / med["ridgefill-compiled"],
                          "over_eager": med["ridgefill"] / med["ridgefill-compiled"]}
             if compile else None,
+            "advised": ({"config": {k: getattr(advised, k) for k in ADVISABLE},
+                         "speedup": med["exact"] / med["advised"],
+                         "ceiling_macs": speedup_ceiling(
+                             arch, n, advised.split, advised.tail, E=0,
+                             arm=cost_arm(advised.fill, advised.values_fill)),
+                         "over_pop": med["pop"] / med["advised"]}
+                        if advised is not None else {"same_as": advised_as}),
             "peak_extra_bytes": {k: int(max(v)) for k, v in mem.items()},
             "rows_probe": {**rows, "kappa": rows["sigma_seconds"] / late_row
                            if rows["resolved"] else None,
@@ -332,9 +382,19 @@ def _line(r: dict) -> str:
                f"(default {r['fill_order']['default']}); " if r.get("fill_order") else "") +
             f"POP {r['median_seconds']['pop']:.2f}s {pop['speedup']:.2f}x (ceiling "
             f"{pop['ceiling_macs']:.2f}x), RidgeFill/POP {pop['ridgefill_over_pop']:.2f}x; "
-            f"peak +{r['peak_extra_bytes']['ridgefill'] * mb:.0f} MiB vs exact "
+            + _advised_line(r) + f"peak +{r['peak_extra_bytes']['ridgefill'] * mb:.0f} MiB vs exact "
             f"+{r['peak_extra_bytes']['exact'] * mb:.0f} MiB, maps {r['maps_bytes'] * mb:.0f} MiB; "
             f"rows {rp['rows']}: {sigma}")
+
+
+def _advised_line(r: dict) -> str:
+    a = r.get("advised") or {}
+    if "speedup" not in a:
+        return f"advised = {a['same_as']}; " if a.get("same_as") else ""
+    c = a["config"]
+    return (f"advised {c['fill']}@{c['split']}/t{c['tail']} {r['median_seconds']['advised']:.2f}s "
+            f"{a['speedup']:.2f}x (ceiling {a['ceiling_macs']:.2f}x), POP/advised "
+            f"{a['over_pop']:.2f}x; ")
 
 
 def plot(records: list[dict], path: Path) -> None:
