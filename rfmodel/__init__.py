@@ -1,6 +1,6 @@
 """rfmodel: NumPy reference kernels with Numba fast paths, row selectors and a tiny model.
 
-Modules (DESIGN.md, "rfmodel"):
+Modules (docs/architecture.md):
 
 - ``ridge``      streaming ridge moments (fp32 rows, fp64 sums), mergeable, solved by rfmath.
 - ``maps``       map application, bf16 rounding, int8 with one scale per 128 weights of a row.

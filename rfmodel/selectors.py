@@ -14,7 +14,7 @@ earlier row, so every selector is deterministic.
 - :func:`probe_budget` / :func:`probe_rows` -- the 27B probe: the base rules only count E;
   the late-layer probe ranking fills E, lexical-net rows reserved inside it (Fig. 6).
 - :func:`complete_spans` -- span completion: a selected row pulls in the rest of its word
-  and its whole digit run, so a number is never half exact (DESIGN.md, "measured").
+  and its whole digit run, so a number is never half exact (a half-exact number is misread).
 - :func:`combine` -- union of ranked lists under one row budget.
 - :func:`lexical_net` -- re-exported from ``rfmodel.lexical``.
 

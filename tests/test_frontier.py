@@ -127,6 +127,16 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     assert by["ridge@5/t1/splice-keys"]["vs_unspliced"]["retrieval"] is not None
     [again] = run_tiny(tiny, out, checks=[0.05])
     assert again["rows"] == s["rows"]
+    # the report written again from the journal alone (no maps, no run): the same numbers
+    from gpu.eval.rereport import rereport
+    before = json.loads((root / "report.json").read_text())
+    with open(root / "records.jsonl", "a") as f:  # a unit that not every arm measured
+        f.write(json.dumps({"instrument": "needle", "arm": "exact", "unit": "x/1/0",
+                            "stratum": "x/1", "score": 1.0, "seconds": 1.0}) + "\n")
+    after = rereport(root)
+    assert after["needles"]["arms"] == before["needles"]["arms"]
+    assert after["documents"]["arms"] == before["documents"]["arms"]
+    assert after["contrasts"][: len(before["contrasts"])] == before["contrasts"]
 
 
 def test_a_stopped_frontier_writes_its_partial_summary(tiny, tmp_path, monkeypatch):

@@ -272,7 +272,7 @@ def test_speedup_ceiling_is_infinite_when_the_arm_costs_nothing():
 
 
 def test_macs_smollm2_ceiling_matches_design_note():
-    """DESIGN.md: SmolLM2-135M at 8K, split 15, tail 1,024: the multiply-accumulate ceiling is
+    """The design example: SmolLM2-135M at 8K, split 15, tail 1,024: the MAC ceiling is
     about 1.60x while 1/r is 1.78x (attention over the context is over half the exact cost)."""
     smollm2 = Arch(
         n_layers=30, d_model=576, n_heads=9, n_kv_heads=3, head_dim=64, d_ff=1536, vocab=49152

@@ -16,13 +16,11 @@ the break-even row count.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import platform
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -40,12 +38,13 @@ from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, load_maps
 from ..core.config import PrefillConfig, paper_split, pop_split
+from .peak_memory import PeakMemory
 from ..core.advised import ADVISABLE, ADVISED, default_config
 from ..core.engine import Engine
 from ..core.prompt import from_ids
 from ..eval.instruments import cost_arm
 
-SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth as in DESIGN.md
+SETTINGS = {  # model -> (split, tail, default lengths) of the study speed configuration
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
     "gemma3-270m": (7, 1024, (4096, 8192, 16384, 32768)),  # 32K: ~20 min a round on 2 cores
     # the larger models at POP's split with a one-token tail (where their frontier kept POP's
@@ -55,54 +54,6 @@ SETTINGS = {  # model -> (split, tail, default lengths); smollm2 at half depth a
 }
 ROW_SHARES = (0.025, 0.05, 0.10)   # exact prefix rows for the sigma / kappa measurement
 WARMUP_TOKENS = 8192               # the warm-up prompt's length cap (also one lower-layer chunk)
-
-
-class PeakMemory:
-    """Peak resident memory over the baseline (CPU: RSS sampled every 2 ms, after glibc hands
-    the memory freed by earlier arms back to the system, so that an arm is not charged or
-    credited for its predecessor's heap; CUDA: the allocator's peak)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    @staticmethod
-    def rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * 4096
-
-    def __enter__(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-        else:
-            _trim()
-            self.base, self.peak, self.stop = self.rss(), self.rss(), False
-            self.thread = threading.Thread(target=self._poll, daemon=True)
-            self.thread.start()
-        return self
-
-    def _poll(self):
-        while not self.stop:
-            self.peak = max(self.peak, self.rss())
-            time.sleep(0.002)
-
-    def __exit__(self, *exc):
-        if self.cuda:
-            torch.cuda.synchronize()
-            self.extra = torch.cuda.max_memory_allocated() - self.base
-        else:
-            self.stop = True
-            self.thread.join()
-            self.extra = max(self.peak, self.rss()) - self.base
-
-
-def _trim() -> None:
-    """``malloc_trim(0)``: return freed heap pages to the system (glibc; a no-op elsewhere)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def fitted_or_shaped_maps(loaded: models.Loaded, split: int, kind: str = "ridge"
