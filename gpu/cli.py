@@ -14,13 +14,14 @@ from dataclasses import MISSING, fields
 from .core.advised import ADVISABLE
 from .maps.files import KINDS
 from .core.config import PrefillConfig
-from .core.models import SMALL
+from .core.models import BUILTINS, SMALL
+from .tools.advise_options import AdviseOptions
 from .data.corpus import FetchError
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m",
-                   help="built-in name (smollm2-135m, gemma3-270m) or a local HF model folder")
+                   help=f"built-in name ({', '.join(BUILTINS)}) or a local HF model folder")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--dtype", choices=tuple(_DTYPES), default=None,
                    help="weights' precision (default: fp32 on the CPU, bf16 on CUDA)")
@@ -73,6 +74,33 @@ def _prefill_args(p: argparse.ArgumentParser) -> None:
             kind = int if "int" in str(f.type) else str
             p.add_argument(flag(f.name), type=kind, default=argparse.SUPPRESS,
                            choices=meta.get("choices"), help=meta["help"] + shown)
+
+
+def options_args(p: argparse.ArgumentParser, cls) -> None:
+    """One flag per field of an options dataclass (gpu.tools.advise.AdviseOptions, ...), with
+    the field's default and help: the flags cannot drift from the library's defaults."""
+    for f in fields(cls):
+        t, default, h = str(f.type), f.default, f.metadata["help"]
+        shown = h + ("" if default in (None, ()) or isinstance(default, bool)
+                     else f" (default {' '.join(map(str, default)) if isinstance(default, tuple) else default})")
+        if t == "bool":
+            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=default,
+                           help=h)
+        elif t.startswith("tuple[tuple[str"):
+            p.add_argument(flag(f.name), nargs="+", type=_option, default=default,
+                           metavar="KEY=VALUE", help=shown)
+        elif t.startswith("tuple["):
+            p.add_argument(flag(f.name), nargs="+", type=int if "int" in t else str,
+                           default=default, help=shown)
+        else:
+            kind = Path if t == "Path" else int if t.startswith("int") else str
+            p.add_argument(flag(f.name), type=kind, default=default, help=shown)
+
+
+def options_from_args(a: argparse.Namespace, cls):
+    """The options dataclass the parsed flags of :func:`options_args` describe."""
+    return cls(**{f.name: tuple(v) if isinstance(v := getattr(a, f.name), list) else v
+                  for f in fields(cls)})
 
 
 def settings_from_args(a: argparse.Namespace) -> dict:
@@ -183,55 +211,20 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("advise", help="choose split, tail and rows for a model (paper 9, "
                                       "steps 2-5): a small frontier on held-out text")
     _model_args(v)
-    v.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096],
-                   help="prompt lengths of the synthetic needles (your workload's)")
-    v.add_argument("--budget", nargs="+", type=_option, default=[], metavar="KEY=VALUE",
-                   help="retrieval=POINTS below exact (default 5), key=NATS of key-token "
-                        "dNLL (default 0.5)")
-    v.add_argument("--tails", type=int, nargs="+", default=[1, 512, 1024])
-    v.add_argument("--samples", type=int, default=4, help="needle samples per task and length")
-    v.add_argument("--docs", type=int, default=4, help="held-out documents for loss")
-    v.add_argument("--calib", default="builtin", help="'builtin' or a folder of .txt/.md files")
-    v.add_argument("--seed", type=int, default=0)
+    options_args(v, AdviseOptions)
     v.add_argument("--threads", type=int, help="torch CPU threads")
-    v.add_argument("--out-dir", type=Path, default=Path("results/advise"))
     v.add_argument("--quiet", action="store_true", help="no progress bars")
-    v.add_argument("--confirm-samples", type=int,
-                   help="needle samples per task and length that confirm a configuration the "
-                        "frontier passed (default: gpu.tools.advise.CONFIRM; 0: the frontier "
-                        "alone decides)")
-    v.add_argument("--confirm-docs", type=int, help="documents of the confirmation")
-    v.add_argument("--confirm-tries", type=int,
-                   help="configurations confirmed at most, cheapest first; none confirmed: "
-                        "exact prefill")
-    v.add_argument("--no-check", action="store_true",
-                   help="skip the rerun of the recommendation on samples the advisor never saw")
-    v.add_argument("--check-seed", type=int,
-                   help="the rerun's seed (default: --seed + 1; any seed but --seed is unseen)")
-    v.add_argument("--check-samples", type=int,
-                   help="the rerun's needle samples per task and length (default: --samples)")
-    v.add_argument("--check-docs", type=int, help="the rerun's documents (default: --docs)")
     return parser
 
 
 def _cmd_advise(a) -> int:
     import torch
-    from .tools.advise import BUDGET, run
+    from .tools.advise import run
 
-    budget = dict(a.budget)
-    unknown = set(budget) - set(BUDGET)
-    if unknown:
-        raise ValueError(f"--budget {sorted(unknown)}: give retrieval=POINTS and/or key=NATS")
     if a.threads:
         torch.set_num_threads(a.threads)
-    run(a.model, lengths=a.lengths, budget={k: float(x) for k, x in budget.items()},
-        out_dir=a.out_dir, samples=a.samples, docs=a.docs, tails=a.tails, calib=a.calib,
-        seed=a.seed, device=a.device, dtype=_dtype(a.dtype), progress=not a.quiet,
-        check=not a.no_check, check_seed=a.check_seed, check_samples=a.check_samples,
-        check_docs=a.check_docs,
-        **{f"confirm_{k}": v for k, v in (("samples", a.confirm_samples),
-                                           ("docs", a.confirm_docs),
-                                           ("tries", a.confirm_tries)) if v is not None})
+    run(a.model, options_from_args(a, AdviseOptions), device=a.device, dtype=_dtype(a.dtype),
+        progress=not a.quiet)
     return 0
 
 

@@ -4,6 +4,7 @@ transformers forward, the dataclass's own fields, and the error the issue names.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from dataclasses import fields
 
 import pytest
@@ -41,6 +42,33 @@ def test_every_config_field_is_a_cli_flag_with_the_same_default():
         if f.default is not None and not isinstance(f.default, (bool, tuple)):
             assert f"(default {f.default}" in a.help, (f.name, a.help)
         assert tuple(a.choices or ()) == tuple(f.metadata.get("choices", ())), f.name
+
+
+def test_advise_flags_are_advise_options():
+    """``ridgefill advise``'s flags are AdviseOptions' fields: no flag given is the dataclass's
+    defaults, every field is reachable by its flag, a bad budget key is refused by name."""
+    from dataclasses import replace as dc_replace
+
+    from gpu.tools.advise_options import AdviseOptions
+
+    parser = cli.build_parser()
+    bare = parser.parse_args(["advise"])
+    assert cli.options_from_args(bare, AdviseOptions) == AdviseOptions()
+    want = dc_replace(AdviseOptions(), lengths=(512,), budget=(("retrieval", 3),), tails=(1,),
+                      samples=2, docs=3, calib="c", seed=4, out_dir=Path("o"), timing_units=0,
+                      confirm_samples=5, confirm_docs=6, confirm_tries=7, check=False,
+                      check_seed=8, check_samples=9, check_docs=10)
+    argv = ["advise", "--lengths", "512", "--budget", "retrieval=3", "--tails", "1",
+            "--samples", "2", "--docs", "3", "--calib", "c", "--seed", "4", "--out-dir", "o",
+            "--timing-units", "0", "--confirm-samples", "5", "--confirm-docs", "6",
+            "--confirm-tries", "7", "--no-check", "--check-seed", "8", "--check-samples", "9",
+            "--check-docs", "10"]
+    assert cli.options_from_args(parser.parse_args(argv), AdviseOptions) == want
+    assert {f.name for f in fields(AdviseOptions)} == {
+        a.dest for a in parser._subparsers._group_actions[0].choices["advise"]._actions
+        if a.dest not in ("help", "model", "device", "dtype", "threads", "quiet")}
+    with pytest.raises(ValueError, match="retrieval=POINTS"):
+        AdviseOptions(budget=(("speed", 2.0),))
 
 
 def test_cli_without_prefill_flags_is_the_default_config():

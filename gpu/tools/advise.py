@@ -39,13 +39,8 @@ from ..eval.frontier_report import interval, plot
 from ..eval.harness import ensure_maps, evaluate_model
 from ..eval.instruments import Arm
 from ..eval.units import CorpusTexts
+from .advise_options import BUDGET, CONFIRM, AdviseOptions
 
-BUDGET = {"retrieval": 5.0, "key": 0.5}  # points below exact; key-token dNLL, nats
-# The confirmation: needle samples per task and length (10: 40 needles at two lengths, a
-# needle 2.5 points, finer than the budget), documents, how many screened configurations
-# at most, the share of the retrieval allowance it must keep (a promise made on one sample
-# must survive the next one's noise), and its seed offset (no default rerun uses it).
-CONFIRM = {"samples": 10, "docs": 8, "tries": 4, "margin": 0.5, "seed_offset": 100}
 DIAGNOSTICS = ("*/splice-*",)  # the frontier's arms no user can run (they read exact's cache)
 
 
@@ -246,37 +241,35 @@ def table(summary: dict) -> str:
     return "\n".join(out)
 
 
-def run(model: str, *, lengths: list[int] | None = None, budget: dict | None = None,
-        out_dir: Path = Path("results/advise"), samples: int = 4, docs: int = 4,
-        tails: list[int] | None = None, calib: str = "builtin", seed: int = 0,
-        device: str | None = None, dtype=None, progress: bool = True, loaded=None,
-        fit_kw: dict | None = None,
-        loss_length: int | None = None, timing_units: int = 1, check: bool = True,
-        check_seed: int | None = None, check_samples: int | None = None,
-        check_docs: int | None = None, confirm_samples: int = CONFIRM["samples"],
-        confirm_docs: int = CONFIRM["docs"], confirm_tries: int = CONFIRM["tries"]) -> dict:
-    """Run the advisor on ``model`` (or an already ``loaded`` one); returns the advice dict.
-    ``confirm_*``: the rule's confirmation (:func:`confirm`; ``confirm_samples=0``: the screen
-    alone decides). ``check``: rerun the recommendation on samples the advisor never saw
-    (:func:`verify`, with ``check_seed`` / ``check_samples`` / ``check_docs``)."""
-    budget = {**BUDGET, **(budget or {})}
+def run(model: str, opts: AdviseOptions = AdviseOptions(), *, device: str | None = None,
+        dtype=None, progress: bool = True, loaded=None, fit_kw: dict | None = None,
+        loss_length: int | None = None) -> dict:
+    """Run the advisor on ``model`` (or an already ``loaded`` one) as ``opts`` says; returns
+    the advice dict. The rule's confirmation: :func:`confirm` (``confirm_samples=0``: the
+    screen alone decides); ``check``: the rerun on samples the advisor never saw
+    (:func:`verify`)."""
+    o = opts
+    budget = {**BUDGET, **{k: float(v) for k, v in o.budget}}
+    out_dir, samples, docs, seed, calib = o.out_dir, o.samples, o.docs, o.seed, o.calib
     lm = loaded if loaded is not None else models.load(model, device=device, dtype=dtype)
-    lengths = sorted(lengths or [2048, 4096])
+    lengths = sorted(o.lengths)
+    tails = o.tails
     exact_ok = fill_off_is_exact(lm)
     texts = held_out(calib, (fit_kw or {}).get("heldout_docs", 2), seed)
-    grid = dict(samples=samples, docs=docs, lengths=lengths, tails=tuple(tails or (1, 512, 1024)),
+    grid = dict(samples=samples, docs=docs, lengths=lengths, tails=tuple(tails),
                 seed=seed, loss_length=loss_length or min(lengths), fills=("ridge",),
                 checks=(), cut=DIAGNOSTICS)  # prefill configurations only
-    [summary] = frontier.run([lm.name], out_dir=out_dir, timing_units=timing_units,
+    [summary] = frontier.run([lm.name], out_dir=out_dir, timing_units=o.timing_units,
                              progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
                              calib=calib, **grid)
     complete = measured_all(out_dir / lm.name / "report.json")
     confirmed = (confirm(lm, screened(summary, budget), budget, grid, out_dir, texts, calib,
-                         fit_kw, progress, confirm_samples, confirm_docs, confirm_tries)
-                 if confirm_samples and complete else None)
+                         fit_kw, progress, o.confirm_samples, o.confirm_docs, o.confirm_tries)
+                 if o.confirm_samples and complete else None)
     rec = recommend(summary, budget, confirmed)
     fresh = (verify(lm, rec["arm"], budget, grid, out_dir, calib, fit_kw, progress,
-                    check_seed, check_samples, check_docs) if check and rec["keeps_budget"] else None)
+                    o.check_seed, o.check_samples, o.check_docs)
+             if o.check and rec["keeps_budget"] else None)
     root = out_dir / lm.name
     advice = {"model": lm.name, "lengths": lengths, "calib": calib, "texts": texts.name,
               "seed": seed, "command": "ridgefill " + " ".join(sys.argv[1:]),
