@@ -16,6 +16,7 @@ from .maps.files import KINDS
 from .core.config import PrefillConfig
 from .core.models import BUILTINS, SMALL
 from .tools.advise_options import AdviseOptions
+from .tools.bench_options import BenchOptions
 from .data.corpus import FetchError
 
 
@@ -158,28 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out-dir", type=Path, default=Path("out/demo"))
 
     b = sub.add_parser("bench", help="time to first token: exact vs RidgeFill, alternating")
-    b.add_argument("--models", nargs="+", default=list(SMALL))
-    b.add_argument("--repeats", type=int, default=5)
-    b.add_argument("--split", type=int, help="split layer (default per model)")
-    b.add_argument("--tail", type=int, help="exact tail (default per model)")
-    b.add_argument("--lengths", type=int, nargs="+", help="prompt lengths (default per model)")
-    b.add_argument("--out-dir", type=Path, default=Path("results/bench"))
-    b.add_argument("--device", default=None)
-    b.add_argument("--kernels", action="store_true", help="also the Numba-vs-NumPy kernels")
-    b.add_argument("--no-rows-probe", dest="rows_probe", action="store_false",
-                   help="skip the exact-row cost (sigma) arms: three fewer RidgeFill runs a round")
-    b.add_argument("--compile", action="store_true",
-                   help="also time RidgeFill with the late walk under torch.compile "
-                        "(gpu.core.compiled; its warm-up pays the compilation)")
-    b.add_argument("--no-other-order", dest="other_order", action="store_false",
-                   help="skip the arm with the fill order the device's default does not use "
-                        "(batched on the CPU): one RidgeFill run fewer a round")
-    b.add_argument("--resume", action="store_true",
-                   help="keep the records of OUT_DIR's bench.json measured with the same "
-                        "settings and time only the rest")
-    b.add_argument("--random-weights", action="store_true",
-                   help="the built-in architectures with random weights (timing where the model "
-                        "packages are not installed)")
+    options_args(b, BenchOptions)
 
     e = sub.add_parser("eval", help="evaluation: needles, long-document loss, agreement")
     e.add_argument("what", nargs="?", default="study", help="study | mini | frontier")
@@ -302,10 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             return run(a.model, a.device, a.out_dir)
         if a.command == "bench":
             from .tools.bench import run
-            return run(a.models, lengths=a.lengths, repeats=a.repeats, device=a.device,
-                       random_weights=a.random_weights, kernels=a.kernels, out_dir=a.out_dir,
-                       split=a.split, tail=a.tail, rows_probe=a.rows_probe, compile=a.compile,
-                       other_order=a.other_order, resume=a.resume)
+            return run(options_from_args(a, BenchOptions))
         if a.command == "eval" and a.what == "frontier":
             import torch
             from .eval.frontier import CHECKS, TASKS, run

@@ -131,14 +131,15 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
 
     from gpu.core.models import default_device
     from gpu.tools import bench
+    from gpu.tools.bench_options import BenchOptions
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    kw = dict(lengths=[96], repeats=1, random_weights=True, split=28, tail=16,
-              rows_probe=False, other_order=False, out_dir=tmp_path)   # the default device
+    kw = dict(models=("smollm2-135m",), lengths=(96,), repeats=1, random_weights=True,
+              split=28, tail=16, rows_probe=False, other_order=False, out_dir=tmp_path)
     out = tmp_path / default_device().type
     try:
-        assert bench.run(["smollm2-135m"], **kw) == 0
+        assert bench.run(BenchOptions(**kw)) == 0
         first = json.loads((out / "bench.json").read_text())
         assert first["complete"] is True
         (rec,) = first["records"]
@@ -149,11 +150,11 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
             raise AssertionError("a kept record was timed again")
 
         monkeypatch.setattr(bench, "_timed", no_timing)
-        assert bench.run(["smollm2-135m"], resume=True, **kw) == 0
+        assert bench.run(BenchOptions(resume=True, **kw)) == 0
         again = json.loads((out / "bench.json").read_text())
         assert again["records"] == first["records"]
         with pytest.raises(AssertionError, match="timed again"):   # other settings: timed
-            bench.run(["smollm2-135m"], resume=True, **{**kw, "tail": 8})
+            bench.run(BenchOptions(resume=True, **{**kw, "tail": 8}))
     finally:
         torch.set_num_threads(before)
 

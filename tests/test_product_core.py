@@ -71,6 +71,23 @@ def test_advise_flags_are_advise_options():
         AdviseOptions(budget=(("speed", 2.0),))
 
 
+def test_bench_flags_are_bench_options():
+    """``ridgefill bench``'s flags are BenchOptions' fields, with its defaults; the flags the
+    Makefile's bench targets use still parse."""
+    from gpu.tools.bench_options import BenchOptions
+
+    parser = cli.build_parser()
+    assert cli.options_from_args(parser.parse_args(["bench"]), BenchOptions) == BenchOptions()
+    a = parser.parse_args(["bench", "--models", "qwen2.5-coder-1.5b", "--lengths", "2048", "4096",
+                           "--repeats", "2", "--no-rows-probe", "--no-other-order", "--resume",
+                           "--out-dir", "results/bench/large", "--kernels", "--random-weights",
+                           "--compile", "--split", "3", "--tail", "4", "--device", "cpu"])
+    assert cli.options_from_args(a, BenchOptions) == BenchOptions(
+        models=("qwen2.5-coder-1.5b",), lengths=(2048, 4096), repeats=2, rows_probe=False,
+        other_order=False, resume=True, out_dir=Path("results/bench/large"), kernels=True,
+        random_weights=True, compile=True, split=3, tail=4, device="cpu")
+
+
 def test_cli_without_prefill_flags_is_the_default_config():
     a = cli.build_parser().parse_args(["generate", "--prompt", "x"])
     assert cli.settings_from_args(a) == {}

@@ -38,6 +38,7 @@ from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, load_maps
 from ..core.config import PrefillConfig, paper_split, pop_split
+from .bench_options import BenchOptions
 from .peak_memory import PeakMemory
 from ..core.advised import ADVISABLE, ADVISED, default_config
 from ..core.engine import Engine
@@ -378,19 +379,17 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5,
-        device: str | None = None, random_weights: bool = False, kernels: bool = False,
-        out_dir: Path = Path("results/bench"), split: int | None = None,
-        tail: int | None = None, rows_probe: bool = True, compile: bool = False,
-        other_order: bool = True, resume: bool = False) -> int:
-    """``ridgefill bench``: every model at its lengths (or ``lengths``), then the kernels.
+def run(opts: BenchOptions = BenchOptions()) -> int:
+    """``ridgefill bench``: every model at its lengths (or ``opts.lengths``), then the kernels.
     bench.json is rewritten after every record (``complete`` false until the last), so a
     stopped run keeps what it measured and ``resume`` goes on from there."""
+    o = opts
+    models, device, kernels, resume = list(o.models), o.device, o.kernels, o.resume
     if kernels:
         from rfmodel.bench import run_kernel_bench
         run_kernel_bench()
     dev = torch.device(device).type if device else default_device().type
-    out = Path(out_dir) / dev
+    out = Path(o.out_dir) / dev
     done = {}
     if resume and (out / "bench.json").exists():
         done = {record_key(r): r for r in json.loads((out / "bench.json").read_text())["records"]}
@@ -404,8 +403,8 @@ def run(models: list[str], *, lengths: list[int] | None = None, repeats: int = 5
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
             "complete": False, "records": records}
     for name in models:
-        for rec in bench_model(name, lengths, repeats, device, random_weights, split, tail,
-                               rows_probe, compile, other_order, done):
+        for rec in bench_model(name, o.lengths, o.repeats, device, o.random_weights, o.split,
+                               o.tail, o.rows_probe, o.compile, o.other_order, done):
             records.append(rec)
             write_json(out / "bench.json", {**info, "load_average_after": os.getloadavg()})
     write_json(out / "bench.json", {**info, "complete": True,

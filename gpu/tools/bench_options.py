@@ -1,0 +1,39 @@
+"""The options of ``ridgefill bench`` (gpu.tools.bench): the frozen dataclass its command-line
+flags are generated from (gpu.cli), kept free of torch so the CLI starts fast."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.models import SMALL
+
+
+def _opt(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What one ``ridgefill bench`` run times (paper section 2.5's ceilings beside it)."""
+
+    models: tuple[str, ...] = _opt(SMALL, "built-in names or local model folders")
+    lengths: tuple[int, ...] | None = _opt(None, "prompt lengths (default per model: "
+                                                 "gpu.tools.bench.SETTINGS)")
+    repeats: int = _opt(5, "alternating rounds after one warm-up of each arm")
+    split: int | None = _opt(None, "split of the study's speed configuration (default per "
+                                   "model); the advised configuration is timed beside it")
+    tail: int | None = _opt(None, "exact tail of that configuration (default per model)")
+    out_dir: Path = _opt(Path("results/bench"), "where bench.json and bench.png go (under "
+                                               "the device's name)")
+    device: str | None = _opt(None, "cpu or cuda (default: cuda when present)")
+    kernels: bool = _opt(False, "also the Numba-vs-NumPy kernels")
+    rows_probe: bool = _opt(True, "the exact-row cost (sigma) arms: three RidgeFill runs a "
+                                  "round")
+    compile: bool = _opt(False, "also RidgeFill with the late walk under torch.compile "
+                                "(gpu.core.compiled; its warm-up pays the compilation)")
+    other_order: bool = _opt(True, "the arm with the fill order the device's default does not "
+                                   "use (batched on the CPU): one RidgeFill run a round")
+    resume: bool = _opt(False, "keep the records of OUT_DIR's bench.json measured with the "
+                               "same settings and time only the rest")
+    random_weights: bool = _opt(False, "the built-in architectures with random weights "
+                                       "(timing where the model packages are not installed)")
