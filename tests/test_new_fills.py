@@ -113,3 +113,48 @@ def test_values_fill_is_checked():
     assert PrefillConfig(fill="ridge", values_fill="ridge").values_fill is None
     assert PrefillConfig(fill="identity", values_fill="kv").map_kinds == ("kv",)
     assert PrefillConfig(fill="anchored", values_fill="kv").map_kinds == ("anchored", "kv")
+
+
+def test_sink_rows_are_the_filled_rows_far_above_the_median_norm():
+    """late.sink_rows: a filled row whose x_S norm passes SINK_RATIO x the filled rows' median
+    (an attention sink: the first token on the Qwen2.5-Coder models), and no other."""
+    from gpu.core.late import SINK_RATIO, sink_rows
+
+    x = torch.ones(1, 10, 4)
+    x[0, 0] *= SINK_RATIO * 1.5       # a sink
+    x[0, 3] *= SINK_RATIO * 0.9       # large, but under the ratio
+    x[0, 9] *= SINK_RATIO * 3         # in the tail: never filled
+    assert sink_rows(x, np.arange(9)).tolist() == [0]
+    assert sink_rows(x, np.arange(1, 9)).tolist() == []
+    assert sink_rows(x, np.zeros(0, np.int64)).size == 0
+
+
+@torch.inference_mode()
+def test_kv_fill_runs_its_sink_rows_exact(monkeypatch):
+    """With the kv fill (keys or values), the rows late.sink_rows names join the exact rows
+    (here the ratio is set so that exactly the largest-norm filled row passes); other fills'
+    plans are untouched."""
+    from gpu.core import late
+
+    model = tiny_model("llama", seed=3)
+    ids = token_ids(N, seed=5)
+    maps = interpolating_maps(model, ids)
+    x_s = model(input_ids=ids, output_hidden_states=True).hidden_states[SPLIT][0]
+    norms = x_s[: N - TAIL].norm(dim=-1)
+    top = int(norms.argmax())
+    monkeypatch.setattr(late, "SINK_RATIO", float(norms.max() / norms.median()) * 0.999)
+    eng = Engine(model, maps)
+    for fill, values in (("kv", None), ("identity", "kv")):
+        pre = eng.run(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill=fill, values_fill=values,
+                                         rows="none"))
+        assert pre.plan.exact_rows.tolist() == [top], (fill, values)
+    assert eng.run(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill="ridge",
+                                      rows="none")).plan.exact_rows.size == 0
+
+
+def test_kv_arms_are_keyed_apart_from_the_records_before_the_sink_rows():
+    from gpu.eval.instruments import Arm
+
+    assert "sinks" in Arm("kv@3/t1", "kv", 3, 1).spec()
+    assert "sinks" in Arm("i.kv@3/t1", "identity", 3, 1, values_fill="kv").spec()
+    assert "sinks" not in Arm("ridge@3/t1", "ridge", 3, 1).spec()

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -325,6 +326,8 @@ class Engine:
         if selector is not None:
             ctx = Selection(self, prompt, plan, x_split, cache, kept, fill)
             plan = plan.with_rows(selector(ctx))
+        if "kv" in (fill, values_fill):  # the kv maps' sink rows run exact (late.SINK_RATIO)
+            plan = plan.with_rows(np.union1d(plan.exact_rows, late.sink_rows(x_split, plan.filled)))
         computed = torch.as_tensor(plan.computed, device=ids.device)
         filled = torch.as_tensor(plan.filled, device=ids.device)
         stats: dict = {}

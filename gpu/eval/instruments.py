@@ -30,6 +30,7 @@ from ..core import select
 from .batch_decode import Batch
 from ..core.cache import full_cache, layer_inputs
 from ..core.engine import Engine, Feeder, Prefill
+from ..core.late import SINK_RATIO
 from ..core.config import PrefillConfig
 from ..core.plan import row_counts
 from ..core.prompt import Prompt
@@ -92,6 +93,8 @@ class Arm:
         for k in ("options", "rescale", "check", "values_fill"):  # records of arms without them keep their keys
             if not d[k]:
                 del d[k]
+        if "kv" in (self.fill, self.values_fill):  # kv records from before its sink rows: stale
+            d["sinks"] = SINK_RATIO
         return d
 
 
