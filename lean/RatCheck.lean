@@ -103,6 +103,12 @@ example := @RidgeFill.nv_break_even_floor Rat instOrderedFieldRat
 example := @RidgeFill.nv_matrix_corrected_state_eq_exact Rat instOrderedFieldRat
 example := @RidgeFill.nv_matrix_correction_cancels_after_tail Rat instOrderedFieldRat
 
+/-! ## Anchored -/
+
+example := @RidgeFill.nv_anchored_objective_gap Rat instOrderedFieldRat
+example := @RidgeFill.nv_anchored_minimises Rat instOrderedFieldRat
+example := @RidgeFill.nv_anchored_le_identity Rat instOrderedFieldRat
+
 /-- Core's `(2 : Rat)` is not captured by the package's numerals: it is core's literal, whose
 numerator is `2` by `rfl` (no arithmetic is evaluated). -/
 example : (2 : Rat).num = 2 := rfl

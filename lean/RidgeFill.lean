@@ -12,6 +12,7 @@ import RidgeFill.CountControl
 import RidgeFill.RhoRange
 import RidgeFill.BreakEven
 import RidgeFill.MatrixState
+import RidgeFill.Anchored
 import RidgeFill.NonVacuous
 
 /-!

@@ -26,6 +26,7 @@ _GATING = "tests/test_rfmath_gating.py"
 _ATTENTION = "tests/test_rfmath_attention.py"
 _COST = "tests/test_rfmath_cost.py"
 _STATS = "tests/test_rfmath_stats.py"
+_ANCHORED = "tests/test_rfmath_anchored.py"
 
 THEOREMS: tuple[Theorem, ...] = (
     Theorem("StateCorrection", "RidgeFill.run_eq_unrolled",
@@ -88,4 +89,13 @@ THEOREMS: tuple[Theorem, ...] = (
     Theorem("MatrixState", "RidgeFill.matrix_correction_cancels_after_tail",
             ("rfmath.gating.corrected_state",),
             f"{_GATING}::test_matrix_correction_cancels_after_tail"),
+    Theorem("Anchored", "RidgeFill.anchored_objective_gap",
+            ("rfmath.ridge.solve_anchored_moments",),
+            f"{_ANCHORED}::test_anchored_objective_gap"),
+    Theorem("Anchored", "RidgeFill.anchored_minimises",
+            ("rfmath.ridge.solve_anchored_moments",),
+            f"{_ANCHORED}::test_anchored_minimises"),
+    Theorem("Anchored", "RidgeFill.anchored_le_identity",
+            ("rfmath.ridge.solve_anchored_moments",),
+            f"{_ANCHORED}::test_anchored_le_identity"),
 )

@@ -103,3 +103,116 @@ def test_compose_is_the_ridge_map_of_the_projected_targets(data, lam, seed):
 def test_compose_checks_shapes():
     with pytest.raises(ValueError, match="W \\(m, d\\)"):
         compose(np.ones((2, 3)), None, np.ones((4, 4)), np.ones(4))
+
+
+# Twins of lean/RidgeFill/Anchored.lean: the scalar (one-coordinate, centred) anchored objective
+# J(a) = Syy - 2 a Sxy + a^2 Sxx + alpha (a - 1)^2 = sum_t w_t (y_t - a x_t)^2 + alpha (a - 1)^2,
+# minimised by the s of (Sxx + alpha) s = Sxy + alpha, and its matrix form for the minimiser.
+
+OFFSETS = st.lists(st.floats(min_value=-1e3, max_value=1e3), min_size=1, max_size=5)
+
+
+def _scalar_fit(x, y, w, lam):
+    """The moments of a one-column calibration set, alpha, the anchored slope s from
+    solve_anchored_moments, and J evaluated directly on the centred rows."""
+    xtx, xty, mx, my = centred_moments(x, y, w)
+    A, b = solve_anchored_moments(xtx, xty, mx, my, lam)
+    assert A.shape == (1, 1)
+    alpha = penalty(lam, xtx, 1)
+    sxx, sxy = float(xtx[0, 0]), float(xty[0, 0])
+    syy = float(centred_moments(y, y, w)[0][0, 0])
+    wt = np.ones(len(x)) if w is None else w
+    xc, yc = (x - mx)[:, 0], (y - my)[:, 0]
+
+    def direct(a: float) -> float:
+        return float((wt * (yc - a * xc) ** 2).sum() + alpha * (a - 1.0) ** 2)
+
+    return sxx, sxy, syy, alpha, float(A[0, 0]), direct
+
+
+def _objective(x, y, w, alpha):
+    """The anchored objective of a map (A, b) on raw rows: sum_t w_t ||y_t - (A x_t + b)||^2
+    + alpha ||A - I||_F^2."""
+    wt = np.ones(len(x)) if w is None else w
+
+    def f(A_, b_):
+        r = y - (x @ A_.T + b_)
+        return float((wt[:, None] * r ** 2).sum() + alpha * ((A_ - np.eye(len(A_))) ** 2).sum())
+
+    return f
+
+
+@given(square_calibration(max_d=1), LAM, OFFSETS)
+def test_anchored_objective_gap(data, lam, offsets):
+    """anchored_objective_gap: the slope s of solve_anchored_moments satisfies
+    (Sxx + alpha) s = Sxy + alpha, the moment form of J equals the direct sum, and
+    J(a) - J(s) = (Sxx + alpha) (a - s)^2 for every a."""
+    x, y, w = data
+    sxx, sxy, syy, alpha, s, direct = _scalar_fit(x, y, w, lam)
+    k = sxx + alpha
+    assert k > 0
+    assert np.isclose(k * s, sxy + alpha, rtol=1e-9, atol=1e-12 * (abs(sxy) + k))
+    assert np.isclose(s, 1.0 + (sxy - sxx) / k, rtol=1e-9, atol=1e-12)
+
+    def moments(a: float) -> float:
+        return syy - 2.0 * a * sxy + a * a * sxx + alpha * (a - 1.0) * (a - 1.0)
+
+    js = direct(s)
+    for off in offsets:
+        a = s + off
+        ja = direct(a)
+        assert np.isclose(moments(a), ja, rtol=1e-8, atol=1e-9 * (abs(ja) + syy + 1.0))
+        assert np.isclose(ja - js, k * (a - s) ** 2, rtol=1e-7,
+                          atol=1e-9 * (abs(ja) + abs(js) + 1.0))
+
+
+@given(square_calibration(max_d=4), LAM, st.integers(0, 2**32 - 1),
+       st.sampled_from([1e-3, 1e-1, 1.0, 10.0]))
+def test_anchored_minimises(data, lam, seed, step):
+    """anchored_minimises: no perturbation (E, e) of the anchored map (A, b) lowers the
+    objective; with the bias kept optimal, the gap is exactly tr(E (Sxx + alpha I) E^T), the
+    matrix form of (Sxx + alpha) (a - s)^2. In one coordinate, J(s) <= J(a) for every a."""
+    x, y, w = data
+    xtx, xty, mx, my = centred_moments(x, y, w)
+    A, b = solve_anchored_moments(xtx, xty, mx, my, lam)
+    d = x.shape[1]
+    alpha = penalty(lam, xtx, d)
+    f = _objective(x, y, w, alpha)
+    best = f(A, b)
+    tol = 1e-9 * (abs(best) + 1.0)
+    rng = np.random.default_rng(seed)
+    scale = step * max(1.0, float(np.abs(A).max()))
+    for _ in range(4):
+        E = scale * rng.normal(size=(d, d))
+        e = scale * rng.normal(size=d)
+        assert f(A + E, b + e) >= best - tol
+        # bias kept optimal for the perturbed map: the gap is the quadratic form exactly
+        moved = f(A + E, my - (A + E) @ mx)
+        gap = float(np.sum((E @ (xtx + alpha * np.eye(d))) * E))
+        assert moved >= best - tol
+        assert np.isclose(moved - best, gap, rtol=1e-6, atol=1e-8 * (abs(moved) + abs(best) + 1.0))
+    if d == 1:
+        _, _, _, _, s, direct = _scalar_fit(x, y, w, lam)
+        js = direct(s)
+        for off in (-step, step, -10.0 * step, 10.0 * step, -s, 1.0 - s):
+            assert js <= direct(s + off) + 1e-9 * (abs(js) + 1.0)
+
+
+@given(square_calibration(max_d=4), LAM)
+def test_anchored_le_identity(data, lam):
+    """anchored_le_identity: the anchored map fits no worse than the identity fill with the mean
+    shift (A = I, b = mu_y - mu_x, penalty zero). In one coordinate J(s) <= J(1), and
+    J(1) = Syy - 2 Sxy + Sxx = sum_t w_t (y_t - x_t)^2 (anchoredObjective_one)."""
+    x, y, w = data
+    xtx, xty, mx, my = centred_moments(x, y, w)
+    A, b = solve_anchored_moments(xtx, xty, mx, my, lam)
+    d = x.shape[1]
+    f = _objective(x, y, w, penalty(lam, xtx, d))
+    ident = f(np.eye(d), my - mx)
+    assert f(A, b) <= ident + 1e-9 * (abs(ident) + 1.0)
+    if d == 1:
+        sxx, sxy, syy, _, s, direct = _scalar_fit(x, y, w, lam)
+        j1 = direct(1.0)
+        assert np.isclose(j1, syy - 2.0 * sxy + sxx, rtol=1e-8, atol=1e-9 * (syy + sxx + 1.0))
+        assert np.isclose(j1, ident, rtol=1e-9, atol=1e-9)
+        assert direct(s) <= j1 + 1e-9 * (abs(j1) + 1.0)

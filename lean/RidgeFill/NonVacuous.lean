@@ -12,6 +12,7 @@ import RidgeFill.CountControl
 import RidgeFill.RhoRange
 import RidgeFill.BreakEven
 import RidgeFill.MatrixState
+import RidgeFill.Anchored
 
 /-!
 # Every main theorem, applied once to concrete inputs
@@ -231,6 +232,27 @@ theorem nv_matrix_correction_cancels_after_tail :
       mrun (fun _ _ => (0 : α)) (nvMRows ++ nvMRows) :=
   matrix_correction_cancels_after_tail (fun _ _ => 1) (fun _ _ => 0) nvMRows nvMRows
     nvMRows_total
+
+/-! ## Anchored: `Sxx = 0`, `Sxy = Syy = α = 1`, so the anchored slope is `s = 2`, not `1` -/
+
+theorem nvAnchored_hs : (0 + 1) * (2 : α) = 1 + 1 := by rw [zero_add, one_mul, two_eq]
+
+theorem nvAnchored_pos : (0 : α) ≤ 0 + 1 := by
+  rw [zero_add]
+  exact zero_le_one
+
+theorem nv_anchored_objective_gap :
+    anchoredObjective 0 1 1 1 (0 : α) - anchoredObjective 0 1 1 1 2 =
+      (0 + 1) * ((0 - 2) * (0 - 2)) :=
+  anchored_objective_gap 0 1 1 1 0 2 nvAnchored_hs
+
+theorem nv_anchored_minimises :
+    anchoredObjective 0 1 1 1 (2 : α) ≤ anchoredObjective 0 1 1 1 0 :=
+  anchored_minimises 0 1 1 1 2 nvAnchored_hs nvAnchored_pos 0
+
+theorem nv_anchored_le_identity :
+    anchoredObjective 0 1 1 1 (2 : α) ≤ anchoredObjective 0 1 1 1 1 :=
+  anchored_le_identity 0 1 1 1 2 nvAnchored_hs nvAnchored_pos
 
 end
 
