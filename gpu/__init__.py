@@ -4,9 +4,12 @@
 
 ``prefill(model, input_ids, maps, config, tokenizer)`` returns an ordinary transformers Cache;
 ``RidgeFillPress(maps, config, tokenizer)(model)`` is a context manager around a stock model's
-``generate``; ``RidgeFill`` is the convenience class over a built-in or local model. The
-packages: ``core`` (the engine), ``maps`` (map files, fit), ``data`` (texts), ``eval`` (the
-research harness), ``tools`` (bench, demo, studies), ``cli``.
+``generate``; ``RidgeFillKVPress(maps, config, tokenizer)`` is that prefill as a press of
+NVIDIA's kvpress pipeline (the ``kvpress`` extra; imported on first use, so ``import gpu`` does
+not import kvpress, and ``from gpu import *`` leaves it out); ``RidgeFill`` is the convenience
+class over a built-in or local model. The packages: ``core`` (the engine), ``maps`` (map files,
+fit), ``data`` (texts), ``eval`` (the research harness), ``tools`` (bench, demo, studies),
+``cli``.
 """
 from importlib.metadata import PackageNotFoundError, version
 
@@ -21,3 +24,11 @@ from .maps.files import load_maps  # noqa: E402
 from .press import RidgeFillPress, prefill  # noqa: E402
 
 __all__ = ["PrefillConfig", "RidgeFill", "RidgeFillPress", "load_maps", "prefill", "__version__"]
+
+
+def __getattr__(name: str):
+    """``gpu.RidgeFillKVPress`` imports kvpress (an optional extra) only when asked for."""
+    if name == "RidgeFillKVPress":
+        from .kvpress_press import RidgeFillKVPress
+        return RidgeFillKVPress
+    raise AttributeError(f"module 'gpu' has no attribute {name!r}")

@@ -275,19 +275,16 @@ class Engine:
         rescale: None | "values" | "keys" (paper 2.3), measured on the first ``rescale_rows``
         tail rows. splice: replace filled keys/values/both by those of ``exact_cache``.
         selector: chooses exact prefix rows after the lower layers ran (gpu.core.select), reading
-        ``prompt``; the chosen rows replace ``plan.exact_rows``. logits_rows: logits of the last
-        that many computed rows (1: generation, timing; a scored stretch's length: loss),
-        None: of every computed row. At a 262K vocabulary each row costs 1 MiB, so an 8K
-        prompt's every-row logits alone take 8 GiB.
+        ``prompt``; they replace ``plan.exact_rows`` (a kv fill adds its sink rows, late.sink_rows).
+        logits_rows: logits of the last that many computed rows (None: every one; 1 MiB a row
+        at a 262K vocabulary).
         correction: the terminal-state correction on Gated DeltaNet late layers (paper 2.3):
         True takes DeltaM from the maps (``ridgefill fit --correction``); a dict
         {layer: DeltaM (H_v, d_k, d_v)} gives it explicitly. Applies to the ridge fill (DeltaM
         is measured for the maps); a no-op when no row is filled into the state (exact, none).
-        batched: the filled entries of all late attention layers in one stacked pass
-        (gpu.core.batched), else layer by layer (equal up to float rounding); None: the
-        configuration's ``fill_order='auto'`` (batched on an accelerator only).
-        chunk: the lower layers of a prompt longer than ``chunk`` rows run in passes of that
-        many rows (Engine.lower); 0: one pass.
+        batched: all late attention layers' filled entries in one stacked pass (gpu.core.batched)
+        or layer by layer; None: ``fill_order='auto'`` (batched on an accelerator only).
+        chunk: the lower layers run in passes of ``chunk`` rows (Engine.lower); 0: one pass.
         compiled: the late walk's dense per-layer work under torch.compile
         (gpu.core.compiled; equal up to float rounding).
         """
@@ -326,7 +323,7 @@ class Engine:
         if selector is not None:
             ctx = Selection(self, prompt, plan, x_split, cache, kept, fill)
             plan = plan.with_rows(selector(ctx))
-        if "kv" in (fill, values_fill):  # the kv maps' sink rows run exact (late.SINK_RATIO)
+        if "kv" in (fill, values_fill):
             plan = plan.with_rows(np.union1d(plan.exact_rows, late.sink_rows(x_split, plan.filled)))
         computed = torch.as_tensor(plan.computed, device=ids.device)
         filled = torch.as_tensor(plan.filled, device=ids.device)
