@@ -116,3 +116,20 @@ def test_an_exact_advice_refuses_maps_by_name_and_the_demo_says_what_it_shows(mo
     monkeypatch.setitem(advised.ADVISED, tiny.name, {"split": 2, "tail": 7, "fill": "identity",
                                                      "rows": "none"})
     assert showcase(tiny) == (2, advised.default_config(tiny.name), "")
+
+
+def test_the_demo_fits_the_kind_of_maps_its_configuration_reads(monkeypatch, tmp_path):
+    """An advised kv (or anchored) fill makes the demo fit maps of that kind, cached under a
+    name that says the kind (the ridge maps keep their old name)."""
+    import subprocess
+
+    from gpu.core import models
+    from gpu.tools import demo
+
+    calls = []
+    monkeypatch.setattr(models, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
+    tiny = load_tiny("llama")
+    assert demo.maps_for(tiny, 2, kind="kv").name == f"{tiny.name}-s2-kv.safetensors"
+    assert demo.maps_for(tiny, 2).name == f"{tiny.name}-s2.safetensors"
+    assert [c[c.index("--kinds") + 1] for c in calls] == ["kv", "ridge"]

@@ -20,6 +20,7 @@ from rfmodel.atomic import atomic_path, write_json
 from ..data import corpus
 from ..core import models
 from ..eval import tasks
+from ..eval.instruments import cost_arm
 from ..api import RidgeFill
 from ..core.advised import default_config, default_split
 from ..core.config import PrefillConfig, pop_split
@@ -31,20 +32,23 @@ REQUESTS = 5        # timed requests per arm, alternating, after one untimed war
 ANSWER_TOKENS = 24
 
 
-def maps_for(loaded: models.Loaded, split: int, max_tokens: int = 24_000) -> Path:
-    """Cached maps for (model, split), fitted on the built-in calibration text if missing.
+def maps_for(loaded: models.Loaded, split: int, max_tokens: int = 24_000,
+             kind: str = "ridge") -> Path:
+    """Cached maps of ``kind`` for (model, split), fitted on the built-in calibration text if
+    missing.
     The fit runs in a child process (``ridgefill fit``): timed in the same process after a
     fit, RidgeFill measured 1.16x where the next run measured 1.50x (the capture's thread
     pools and memory stay behind), so the demo's timing starts from a process that only
     ever prefilled."""
-    path = models.cache_dir() / "maps" / f"{loaded.name}-s{split}.safetensors"
+    stem = f"{loaded.name}-s{split}" + ("" if kind == "ridge" else f"-{kind}")
+    path = models.cache_dir() / "maps" / f"{stem}.safetensors"
     if not path.exists():
         print(f"fitting maps for {loaded.name} at split {split} on the built-in calibration "
               f"text ({max_tokens} tokens; once, cached in {path})", flush=True)
         device = str(loaded.model.device)
         subprocess.run([sys.executable, "-m", "gpu", "fit", "--model", str(loaded.path),
                         "--device", device, "--splits", str(split), "--max-tokens",
-                        str(max_tokens), "--out", str(path)], check=True)
+                        str(max_tokens), "--kinds", kind, "--out", str(path)], check=True)
     return path
 
 
@@ -102,7 +106,8 @@ def run(model: str = "smollm2-135m", device: str | None = None,
     out = Path(out_dir)
     loaded = models.load(model, device=device)
     split, cfg, note = showcase(loaded)
-    maps = load_maps(maps_for(loaded, split), loaded.model, split=split) if cfg.needs_maps else None
+    maps = ({k: load_maps(maps_for(loaded, split, kind=k), loaded.model, split=split)
+             for k in cfg.map_kinds} if cfg.needs_maps else None)
     exact = RidgeFill(loaded, None, PrefillConfig(fill="exact"))
     rf = RidgeFill(loaded, maps, cfg)
     sample, p = needle_prompt(rf, LENGTH)
@@ -128,7 +133,7 @@ def run(model: str = "smollm2-135m", device: str | None = None,
     arch = arch_of(loaded.model.config)
     ceilings = {"one_over_r": 1 / exact_share(split, loaded.n_layers, cfg.tail, p.n),
                 "macs": speedup_ceiling(arch, p.n, split, cfg.tail, E=len(rows),
-                                        arm="ridgefill" if cfg.fill == "ridge" else cfg.fill)}
+                                        arm=cost_arm(cfg.fill, cfg.values_fill))}
     speedup = med["exact"] / med["ridgefill"]
     ex, rr = results["exact"], results["ridgefill"]
     expected = sample.expected[0]
