@@ -125,3 +125,23 @@ def test_held_out_text_is_what_the_fit_never_captures(tmp_path):
         texts.haystack(10 ** 7, 0)
     with pytest.raises(ValueError, match="at least two"):
         HeldOutTexts([])
+
+
+def test_confirmation_maps_hold_every_kind_the_grid_reads(monkeypatch, tmp_path):
+    """The confirmation and the rerun load the maps of every kind the screen's arms read (an
+    anchored or kv candidate would otherwise find only ridge maps)."""
+    from types import SimpleNamespace
+
+    from gpu.tools import advise
+
+    seen = {}
+    monkeypatch.setattr(advise, "ensure_maps", lambda *a, **k: seen.update(k) or {})
+    monkeypatch.setattr(advise.frontier, "frontier_config", lambda lm, **g: (
+        None, advise.frontier.Frontier(lm.n_layers, tails=tuple(g["tails"]), fills=g["fills"],
+                                       cut=g["cut"])))
+    lm = SimpleNamespace(name="m", n_layers=24)
+    grid = dict(samples=1, docs=1, lengths=[512], tails=(1, 96), seed=0, loss_length=256,
+                fills=("ridge",), checks=(), cut=advise.DIAGNOSTICS)
+    _, arms, _ = advise.grid_arms_maps(lm, grid, tmp_path, "builtin", None, False)
+    assert {"anchored@15/t1", "kv@16/t1"} <= set(arms)
+    assert set(seen["kinds"]) == {"ridge", "anchored", "kv"}

@@ -104,7 +104,8 @@ def grid_arms_maps(lm, grid: dict, out_dir: Path, calib: str, fit_kw: dict | Non
     """(the frontier's harness config, its arms by name, its maps) of the advisor's ``grid``:
     what the confirmation and the rerun start from."""
     cfg, fr = frontier.frontier_config(lm, **grid)
-    maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, **(fit_kw or {}))
+    maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, kinds=fr.kinds,
+                       **(fit_kw or {}))
     return cfg, {a.name: a for a in fr.arms()}, maps
 
 
