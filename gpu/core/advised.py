@@ -35,6 +35,15 @@ ADVISED: dict[str, dict] = {
     # 12 with a one-token tail, MAC share 0.683, confirmed at -2.5 points; the ridge fill at
     # that split and tail kept the screen too but costs 0.703
     "gemma3-270m": {"split": 12, "tail": 1, "fill": "identity", "rows": "none"},
+    # `ridgefill advise --model qwen2.5-coder-0.5b --lengths 2048 --samples 8 --tails 1 512
+    # --confirm-samples 20 --check-seed 3 --check-samples 20 --check-docs 8 --threads 2` (seed 0,
+    # 2026-12-03; 16 needles at 2K and 4 documents screen, 40 needles and 8 documents confirm):
+    # keys from the direct cache-entry maps, values from x_S, split 16 (POP's) with a one-token
+    # tail, MAC share 0.673 (its sink rows exact; POP 0.671), measured 1.47x in the advisor's
+    # timing; anchored@15 (0.648) failed its confirmation (-10 points); the unseen rerun (seed 3)
+    # kept the budget: +0.0 points, key-token dNLL +0.34
+    "qwen2.5-coder-0.5b": {"split": 16, "tail": 1, "fill": "kv", "values_fill": "identity",
+                           "rows": "none"},
 }
 
 
