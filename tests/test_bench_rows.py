@@ -25,6 +25,18 @@ def test_noise_level_sigma_is_not_resolved():
     assert got["range"][0] < 0 < got["range"][1]
 
 
+def one_thread(bench_model, *args, **kw):
+    """``bench_model``'s records, run on one torch thread (the thread count restored after)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return list(bench_model(*args, **kw))
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_no_row_counts_is_not_resolved():
     assert row_cost({"r0": [1.0]}, {0: "r0"})["resolved"] is False
 
@@ -32,17 +44,10 @@ def test_no_row_counts_is_not_resolved():
 def test_bench_times_every_arm_and_reports_their_ratios():
     """One round of the benchmark on the smollm2 shape with random weights (300 tokens): every
     arm is timed and measured, and the reported ratios are those of the medians."""
-    import torch
-
     from gpu.tools.bench import bench_model
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        (rec,) = bench_model("smollm2-135m", [300], repeats=1, random_weights=True, split=11,
-                             tail=64, rows_probe=False)
-    finally:
-        torch.set_num_threads(before)
+    (rec,) = one_thread(bench_model, "smollm2-135m", [300], repeats=1, random_weights=True,
+                        split=11, tail=64, rows_probe=False)
     med = rec["median_seconds"]
     assert set(med) == {"exact", "ridgefill", "ridgefill-other-order", "pop"}
     assert set(rec["peak_extra_bytes"]) == set(med)
@@ -75,21 +80,14 @@ def test_bench_times_the_advised_kv_fill_at_its_own_price(monkeypatch):
     maps) gets an "advised" arm, timed in the same rounds with maps of its own kind and
     priced by its own MAC ceiling (rfmath.cost: the kv fill costs what the identity fill
     does)."""
-    import torch
-
     from gpu.core import advised
     from gpu.tools.bench import bench_model
     from rfmath.cost import speedup_ceiling
 
     monkeypatch.setitem(advised.ADVISED, "smollm2-135m",
                         {"fill": "kv", "split": 20, "tail": 1, "rows": "none"})
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        (rec,) = bench_model("smollm2-135m", [300], repeats=1, random_weights=True, split=11,
-                             tail=64, rows_probe=False, other_order=False)
-    finally:
-        torch.set_num_threads(before)
+    (rec,) = one_thread(bench_model, "smollm2-135m", [300], repeats=1, random_weights=True,
+                        split=11, tail=64, rows_probe=False, other_order=False)
     med, a = rec["median_seconds"], rec["advised"]
     assert set(med) == {"exact", "ridgefill", "pop", "advised"}
     assert a["config"]["fill"] == "kv" and a["speedup"] == med["exact"] / med["advised"]
@@ -104,17 +102,10 @@ def test_bench_times_the_advised_kv_fill_at_its_own_price(monkeypatch):
 def test_bench_times_the_compiled_walk_beside_the_eager_one():
     """``--compile`` adds the torch.compile arm (gpu.core.compiled), warmed up untimed, and
     reports its ratios from the medians (split 28 of 30: two late layers to compile)."""
-    import torch
-
     from gpu.tools.bench import bench_model
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        (rec,) = bench_model("smollm2-135m", [200], repeats=1, random_weights=True, split=28,
-                             tail=32, rows_probe=False, compile=True)
-    finally:
-        torch.set_num_threads(before)
+    (rec,) = one_thread(bench_model, "smollm2-135m", [200], repeats=1, random_weights=True,
+                        split=28, tail=32, rows_probe=False, compile=True)
     med = rec["median_seconds"]
     assert "ridgefill-compiled" in med and "ridgefill-compiled" in rec["peak_extra_bytes"]
     assert rec["compiled"] == {"speedup": med["exact"] / med["ridgefill-compiled"],
