@@ -18,6 +18,7 @@ from rfmodel.atomic import atomic_path
 from rfmodel.maps import quantize_int8
 
 from .. import __version__
+from ..core import models
 from ..core.models import fingerprint as model_fingerprint
 
 FORMAT = "ridgefill-maps/1"
@@ -26,6 +27,13 @@ GROUP = 128
 # ridge / anchored: each late layer's input (paper 2.2; anchored shrinks toward the identity),
 # kv: each attention layer's key and value projections stacked (the direct cache-entry map)
 KINDS = ("ridge", "anchored", "kv")
+
+
+def cached_path(model: str, split: int, kind: str = "ridge") -> Path:
+    """Where the demo and the bench keep a built-in model's fitted maps of ``kind`` for
+    ``split`` (ridge maps keep the name they had before kinds existed)."""
+    stem = f"{model}-s{split}" + ("" if kind == "ridge" else f"-{kind}")
+    return models.cache_dir() / "maps" / f"{stem}.safetensors"
 
 
 def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], meta: dict,

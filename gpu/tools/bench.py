@@ -36,7 +36,7 @@ from ..data import corpus
 from ..core import models
 from ..core.models import default_device
 from ..core.archspec import arch_of
-from ..maps.files import MapSet, load_maps
+from ..maps.files import MapSet, cached_path, load_maps
 from ..core.config import PrefillConfig, paper_split, pop_split
 from .bench_options import BenchOptions
 from .peak_memory import PeakMemory
@@ -63,8 +63,7 @@ def fitted_or_shaped_maps(loaded: models.Loaded, split: int, kind: str = "ridge"
     same shape: timing does not depend on the maps' values (said so in the output). A kv map
     predicts each layer's key and value projections (2 n_kv d_head columns), the others its
     input (d)."""
-    stem = f"{loaded.name}-s{split}" + ("" if kind == "ridge" else f"-{kind}")
-    path = models.cache_dir() / "maps" / f"{stem}.safetensors"
+    path = cached_path(loaded.name, split, kind)
     kw = dict(dtype=loaded.model.dtype, device=loaded.model.device)
     if path.exists() and loaded.tokenizer is not None:
         return load_maps(path, loaded.model, split=split), str(path)

@@ -25,7 +25,7 @@ from ..api import RidgeFill
 from ..core.advised import default_config, default_split
 from ..core.config import PrefillConfig, pop_split
 from ..core.archspec import arch_of
-from ..maps.files import load_maps
+from ..maps.files import cached_path, load_maps
 
 LENGTH = 2048
 REQUESTS = 5        # timed requests per arm, alternating, after one untimed warm-up each
@@ -40,8 +40,7 @@ def maps_for(loaded: models.Loaded, split: int, max_tokens: int = 24_000,
     fit, RidgeFill measured 1.16x where the next run measured 1.50x (the capture's thread
     pools and memory stay behind), so the demo's timing starts from a process that only
     ever prefilled."""
-    stem = f"{loaded.name}-s{split}" + ("" if kind == "ridge" else f"-{kind}")
-    path = models.cache_dir() / "maps" / f"{stem}.safetensors"
+    path = cached_path(loaded.name, split, kind)
     if not path.exists():
         print(f"fitting maps for {loaded.name} at split {split} on the built-in calibration "
               f"text ({max_tokens} tokens; once, cached in {path})", flush=True)
