@@ -93,7 +93,7 @@ class RidgeFill:
     def prefill(self, p: prompts.Prompt, notes: list[str] | None = None,
                 logits_rows: int | None = 1) -> Prefill:
         """RidgeFill prefill of the whole prompt ``p``; adjustments are appended to ``notes``."""
-        pre = self.engine.run(p.ids, self.config, prompt=p, logits_rows=logits_rows)
+        pre = self.engine.prefill(p.ids, self.config, prompt=p, logits_rows=logits_rows)
         if notes is not None:
             notes.extend(pre.info["notes"])
         return pre

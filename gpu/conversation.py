@@ -88,7 +88,7 @@ class Conversation:
             if p.n + max_new_tokens > limit:
                 raise ValueError(f"the document and question take {p.n} tokens; with the answer "
                                  f"they pass {self.rf.loaded.name}'s context of {limit}")
-            pre = self.rf.engine.run(p.ids, self.rf.config, prompt=p, logits_rows=1,
+            pre = self.rf.engine.prefill(p.ids, self.rf.config, prompt=p, logits_rows=1,
                                      keep_x_split=True)
             if pre.visible is not None:
                 raise ValueError("fill='none' hides its filled rows from later turns, which an "

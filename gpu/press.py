@@ -27,10 +27,10 @@ def run_prefill(engine: Engine, ids: torch.Tensor, config: PrefillConfig, tokeni
                 logits_rows: int | None = 1) -> Prefill:
     """RidgeFill prefill of ``ids`` (1, n) under ``config``; text-reading row selectors read
     the ids' text through ``tokenizer`` (a clear error without one)."""
-    # without a tokenizer a text-reading selector gets no prompt, and Engine.run says so
+    # without a tokenizer a text-reading selector gets no prompt, and Engine.prefill says so
     prompt = (prompts.from_ids(tokenizer, ids) if tokenizer is not None and config.needs_text
               and config.rows != "none" and config.fill != "exact" else None)
-    pre = engine.run(ids, config, prompt=prompt, logits_rows=logits_rows)
+    pre = engine.prefill(ids, config, prompt=prompt, logits_rows=logits_rows)
     outside_inference(pre.cache)
     if pre.visible is not None:
         raise ValueError("fill='none' leaves filled rows without late-layer entries, which an "

@@ -255,8 +255,8 @@ def assert_lower_reuse_bitwise(model, maps, ids: torch.Tensor, split: int, tail:
         n = x.shape[1]
         plan = Plan(n, split, tail, n_layers)
         s_reuse, s_fresh = (sel(), sel()) if sel else (None, None)
-        a = reuse.prefill(x, plan, fill, selector=s_reuse)
-        b = Engine(model, maps).prefill(x, plan, fill, selector=s_fresh)
+        a = run_plan(reuse, x, plan, fill, selector=s_reuse)
+        b = run_plan(Engine(model, maps), x, plan, fill, selector=s_fresh)
         assert torch.equal(a.logits, b.logits), fill
         assert np.array_equal(a.plan.exact_rows, b.plan.exact_rows)
         for la, lb in zip(a.cache.layers, b.cache.layers):
@@ -268,3 +268,21 @@ def assert_lower_reuse_bitwise(model, maps, ids: torch.Tensor, split: int, tail:
             assert s_reuse.seen.keys() == s_fresh.seen.keys()
             assert all(torch.equal(s_reuse.seen[i], s_fresh.seen[i]) for i in s_fresh.seen)
     assert len(calls) == (1 if adopt else 2)  # one lower pass per prompt
+
+
+# ---------------------------------------------------------------------------- prefill under a plan
+def run_plan(engine, ids, plan, fill: str, *, logits_rows: int | None = None, prompt=None,
+             keep_x_split: bool = False, selector=None, splice=None, exact_cache=None,
+             deltas=None, **config):
+    """``engine.prefill`` under a fixed ``plan`` (its split, tail and exact rows; None: the stock
+    forward) with ``fill``, every row's logits by default; ``config``: other PrefillConfig
+    fields. The tests' shorthand for the configuration plus extras the engine takes."""
+    from gpu.core.config import PrefillConfig
+    from gpu.core.extras import Extras
+
+    if plan is None:
+        return engine.prefill(ids, PrefillConfig(fill="exact"), logits_rows=logits_rows)
+    cfg = PrefillConfig(split=plan.split, tail=plan.tail, fill=fill, rows="none", **config)
+    rows = plan.exact_rows if selector is None else None
+    return engine.prefill(ids, cfg, Extras(splice, exact_cache, selector, rows, deltas),
+                          prompt=prompt, logits_rows=logits_rows, keep_x_split=keep_x_split)

@@ -16,7 +16,7 @@ from gpu.eval.batch_decode import Batch
 from gpu.core.cache import full_cache
 from gpu.core.engine import Engine, Feeder, Prefill
 from gpu.core.plan import Plan
-from gpu_fixtures import DenseMaps, LAYERS, random_maps, tiny_model, token_ids
+from gpu_fixtures import run_plan, DenseMaps, LAYERS, random_maps, tiny_model, token_ids
 
 N, SPLIT, TAIL, STEPS = 20, 1, 3, 7
 
@@ -30,10 +30,10 @@ def prefills(model, ids):
     full = full_cache(model.config)
     out = model(input_ids=ids, cache=full, use_cache=True)
     kept = Prefill(full, out.logits[0, -1:], torch.tensor([N - 1]), None, "exact")
-    return ridge, [ridge.prefill(ids, None, "exact"), ridge.prefill(ids, plan, "ridge"),
-                   ridge.prefill(ids, plan, "identity"),
-                   ridge.prefill(ids, plan, "ridge", splice="keys", exact_cache=full), kept,
-                   ridge.prefill(ids, plan, "none")]
+    return ridge, [run_plan(ridge, ids, None, "exact"), run_plan(ridge, ids, plan, "ridge"),
+                   run_plan(ridge, ids, plan, "identity"),
+                   run_plan(ridge, ids, plan, "ridge", splice="keys", exact_cache=full), kept,
+                   run_plan(ridge, ids, plan, "none")]
 
 
 @torch.inference_mode()
@@ -122,23 +122,23 @@ def test_what_does_not_batch_is_refused_clearly():
     ids = token_ids(N, seed=6)
     eng = Engine(model, DenseMaps(SPLIT, random_maps(SPLIT, seed=4)))
     plan = Plan(N, SPLIT, TAIL, LAYERS)
-    nofill = eng.prefill(ids, plan, "none")
+    nofill = run_plan(eng, ids, plan, "none")
     model.config._attn_implementation = "eager"  # hidden rows need the sdpa wrapper
     try:
         assert not Batch(model, 2, 3).accepts(nofill)
         with pytest.raises(ValueError, match="Engine.decode"):
             Batch(model, 2, 3).add(nofill)
-        assert Batch(model, 2, 3).accepts(eng.prefill(ids, plan, "ridge"))
+        assert Batch(model, 2, 3).accepts(run_plan(eng, ids, plan, "ridge"))
     finally:
         model.config._attn_implementation = "sdpa"
     b = Batch(model, 1, 3)
-    b.add(eng.prefill(ids, None, "exact"))
+    b.add(run_plan(eng, ids, None, "exact"))
     with pytest.raises(ValueError, match="holds 1"):
-        b.add(eng.prefill(ids, None, "exact"))
+        b.add(run_plan(eng, ids, None, "exact"))
     other = Batch(model, 2, 3)
-    other.add(eng.prefill(ids, None, "exact"))
+    other.add(run_plan(eng, ids, None, "exact"))
     with pytest.raises(ValueError, match="one prompt"):
-        other.add(eng.prefill(token_ids(N + 1, seed=6), None, "exact"))
+        other.add(run_plan(eng, token_ids(N + 1, seed=6), None, "exact"))
     assert Batch(model, 2, 3).greedy() == []
 
 
@@ -150,15 +150,15 @@ def test_splice_needs_every_position_of_a_sliding_window_layer():
     ids = token_ids(N, seed=6)
     eng = Engine(model, DenseMaps(SPLIT, random_maps(SPLIT, seed=4)))
     plan = Plan(N, SPLIT, TAIL, LAYERS)
-    stock = eng.prefill(ids, None, "exact").cache
+    stock = run_plan(eng, ids, None, "exact").cache
     with pytest.raises(ValueError, match="full_cache"):
-        eng.prefill(ids, plan, "ridge", splice="both", exact_cache=stock)
+        run_plan(eng, ids, plan, "ridge", splice="both", exact_cache=stock)
     full = full_cache(model.config)
     model(input_ids=ids, cache=full, use_cache=True)
-    pre = eng.prefill(ids, plan, "ridge", splice="both", exact_cache=full)
+    pre = run_plan(eng, ids, plan, "ridge", splice="both", exact_cache=full)
     fed = full_cache(model.config)  # fed two more tokens since (as agreement does): the same
     model(input_ids=torch.cat([ids, ids[:, :2]], 1), cache=fed, use_cache=True)
-    again = eng.prefill(ids, plan, "ridge", splice="both", exact_cache=fed)
+    again = run_plan(eng, ids, plan, "ridge", splice="both", exact_cache=fed)
     assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
                for a, b in zip(pre.cache.layers, again.cache.layers))
     for layer in range(SPLIT + 1, LAYERS):
@@ -182,8 +182,8 @@ def test_shared_prompt_columns_decode_like_separate_ones(family):
     def arms():
         eng = Engine(model, DenseMaps(split, random_maps(split, seed=4, noise=1.0)))
         plan = Plan(N, split, TAIL, LAYERS)
-        return eng, [eng.prefill(ids, None, "exact"), eng.prefill(ids, plan, "ridge"),
-                     eng.prefill(ids, plan, "identity"), eng.prefill(ids, plan, "none")]
+        return eng, [run_plan(eng, ids, None, "exact"), run_plan(eng, ids, plan, "ridge"),
+                     run_plan(eng, ids, plan, "identity"), run_plan(eng, ids, plan, "none")]
 
     eng, pres = arms()
     alone = [eng.decode(p, STEPS) for p in pres]

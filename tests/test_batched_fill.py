@@ -14,7 +14,7 @@ from gpu.core.cache import read_by_someone
 from gpu.core.engine import Engine
 from gpu.core.plan import Plan
 from gpu.maps.files import load_maps, save_maps
-from gpu_fixtures import DenseMaps, random_maps
+from gpu_fixtures import run_plan, DenseMaps, random_maps
 from test_press import FAMILIES, N, S, T, _ids, _shape, family_model
 
 TOL = 1e-6
@@ -67,9 +67,9 @@ def test_batched_fill_equals_the_per_layer_path(family, fill, tmp_path, monkeypa
     plan = Plan(N, S, T, L).with_rows(exact_rows)
     for maps in (DenseMaps(S, random_maps(S, n_layers=L, d=d, seed=3)), _saved_maps(tmp_path, L, d)):
         eng = Engine(model, maps)
-        one = eng.prefill(ids, plan, fill, batched=False)
+        one = run_plan(eng, ids, plan, fill, fill_order="layer")
         assert calls == []
-        many = eng.prefill(ids, plan, fill, batched=True)
+        many = run_plan(eng, ids, plan, fill, fill_order="batched")
         assert len(calls) == 1 and calls.pop() > 0  # the batched pass ran and wrote layers
         _close(many, one)
 
@@ -153,8 +153,8 @@ def test_fill_order_auto_batches_on_accelerators_only(monkeypatch):
     real = batched.entries
     monkeypatch.setattr(batched, "entries", lambda ctx: calls.append(1) or real(ctx))
     ids = _ids(vocab, seed=8)
-    auto = eng.run(ids, PrefillConfig(split=S, tail=T, rows="none"))
+    auto = eng.prefill(ids, PrefillConfig(split=S, tail=T, rows="none"))
     assert calls == []
-    forced = eng.run(ids, PrefillConfig(split=S, tail=T, rows="none", fill_order="batched"))
+    forced = eng.prefill(ids, PrefillConfig(split=S, tail=T, rows="none", fill_order="batched"))
     assert calls == [1]
     assert torch.allclose(auto.logits, forced.logits, atol=1e-5, rtol=1e-5)

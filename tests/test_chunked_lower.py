@@ -42,11 +42,11 @@ def test_prefill_with_chunks_equals_one_pass(family):
     eng = Engine(model, DenseMaps(S, random_maps(S, n_layers=L, d=d, seed=3)))
     ids = _ids(vocab, seed=7)
     base = PrefillConfig(split=S, tail=T, rows="none", chunk=0)
-    one, parts = eng.run(ids, base), eng.run(ids, base.replace(chunk=9))
+    one, parts = eng.prefill(ids, base), eng.prefill(ids, base.replace(chunk=9))
     # the late layers carry the lower layers' rounding on (1e-4 apart on the hybrids)
     assert torch.allclose(one.logits, parts.logits, atol=10 * TOL, rtol=10 * TOL), name
     # a prompt no longer than the chunk runs in one pass: bitwise chunk 0
-    same = eng.run(ids, base.replace(chunk=N))
+    same = eng.prefill(ids, base.replace(chunk=N))
     assert torch.equal(same.logits, one.logits)
 
 

@@ -2,7 +2,7 @@
 on a tiny Llama (attention layers) and a tiny Qwen3-Next (gated attention output and Gated
 DeltaNet layers): the same cache entries and logits within 1e-5 (fp32, inductor on the CPU),
 at two prompt lengths (dynamic shapes: no graph per length), through the configuration's
-``compile`` flag. Oracle: the eager walk (Engine.run without compile), which the equivalence
+``compile`` flag. Oracle: the eager walk (Engine.prefill without compile), which the equivalence
 tests tie to the stock forward."""
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def test_compiled_walk_equals_the_eager_walk(family, monkeypatch):
         for n in (40, 57):  # the second length reuses the graphs (dynamic shapes)
             ids = torch.randint(3, vocab - 2, (1, n), generator=torch.Generator().manual_seed(n))
             cfg = PrefillConfig(split=S, tail=8, rows="none", fill="ridge")
-            eager = eng.run(ids, cfg)
-            fast = eng.run(ids, cfg.replace(compile=True))
+            eager = eng.prefill(ids, cfg)
+            fast = eng.prefill(ids, cfg.replace(compile=True))
             assert calls and calls.pop() is eng.adapter
             assert torch.allclose(fast.logits, eager.logits, atol=TOL, rtol=TOL)
             for layer in range(S, L):

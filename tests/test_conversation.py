@@ -12,7 +12,7 @@ from gpu import PrefillConfig, RidgeFill, RidgeFillPress
 from gpu.core import models
 from gpu.core import prompt as prompts
 from gpu.eval import minimodel
-from gpu_fixtures import load_tiny, scratch
+from gpu_fixtures import run_plan, load_tiny, scratch
 
 DOC = minimodel.prose(400, seed=3)
 
@@ -73,7 +73,7 @@ def test_cache_prefill_and_press_select_the_same_rows(chat_model):
     assert by_prompt.size > 0
     ids_only = prompts.from_ids(chat_model.tokenizer, p.ids)
     assert ids_only.text == p.text
-    by_ids = rf.engine.run(p.ids, rf.config, prompt=ids_only).plan.exact_rows
+    by_ids = rf.engine.prefill(p.ids, rf.config, prompt=ids_only).plan.exact_rows
     press = RidgeFillPress(None, rf.config, chat_model.tokenizer)
     with press(chat_model.model), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -104,9 +104,9 @@ def test_repair_rows_writes_what_a_prefill_with_those_rows_exact_writes():
     ids = token_ids(48, seed=4)
     eng = Engine(model)
     split, tail = 1, 8
-    base = eng.prefill(ids, Plan(48, split, tail, LAYERS), "identity", keep_x_split=True)
+    base = run_plan(eng, ids, Plan(48, split, tail, LAYERS), "identity", keep_x_split=True)
     rows = torch.tensor([3, 4, 17, 30])
-    want = eng.prefill(ids, Plan(48, split, tail, LAYERS, rows.numpy()), "identity")
+    want = run_plan(eng, ids, Plan(48, split, tail, LAYERS, rows.numpy()), "identity")
     before = [layer.keys.clone() for layer in base.cache.layers]
     repair_rows(eng.adapter, split, base.x_split[:, rows], rows, base.cache)
     others = torch.tensor([r for r in range(40) if r not in rows.tolist()])

@@ -14,7 +14,7 @@ from gpu.core.config import PrefillConfig
 from gpu.core.engine import Engine, Feeder
 from gpu.core.plan import Plan
 from gpu.eval.decode_check import CheckedFeeder, decode
-from gpu_fixtures import DenseMaps, LAYERS, load_tiny, random_maps
+from gpu_fixtures import run_plan, DenseMaps, LAYERS, load_tiny, random_maps
 
 SPLIT, TAIL, STEPS = 1, 4, 6
 TEXT = ("The river stone 48213 lay under the garden window. Morning light crossed the paper "
@@ -30,7 +30,7 @@ def setup(family: str):
 
 
 def checked(engine, p, cfg, threshold):
-    pre = engine.run(p.ids, cfg, prompt=p)
+    pre = engine.prefill(p.ids, cfg, prompt=p)
     return pre, CheckedFeeder(engine, pre, p, cfg, threshold)
 
 
@@ -44,9 +44,9 @@ def test_threshold_flags_exactly_the_rows_over_it():
     received[p.n - 1] = 5.0  # a tail row: exact already, never flagged
     assert f.flagged(received).tolist() == [int(rows[0]), int(rows[2])]
     with pytest.raises(ValueError, match="threshold"):
-        CheckedFeeder(engine, engine.run(p.ids, cfg, prompt=p), p, cfg, 0.0)
+        CheckedFeeder(engine, engine.prefill(p.ids, cfg, prompt=p), p, cfg, 0.0)
     with pytest.raises(ValueError, match="fill='none' has none to check"):
-        CheckedFeeder(engine, engine.run(p.ids, cfg.replace(fill="none"), prompt=p), p,
+        CheckedFeeder(engine, engine.prefill(p.ids, cfg.replace(fill="none"), prompt=p), p,
                       cfg.replace(fill="none"), 0.1)
 
 
@@ -54,7 +54,7 @@ def test_threshold_flags_exactly_the_rows_over_it():
 def test_no_row_over_the_threshold_leaves_the_fills_decoding():
     engine, p, cfg = setup("llama")
     pre, f = checked(engine, p, cfg, 1e9)
-    plain = Feeder(engine, engine.run(p.ids, cfg, prompt=p))
+    plain = Feeder(engine, engine.prefill(p.ids, cfg, prompt=p))
     for t in (5, 9, 11):
         torch.testing.assert_close(f.push(t), plain.push(t), rtol=1e-5, atol=1e-5)
     assert f.stats["repairs"] == 0 and f.stats["steps"] == 3
@@ -70,7 +70,7 @@ def test_repair_makes_the_flagged_rows_exact_with_their_spans():
     exact = f.plan.exact_rows
     assert before < set(exact.tolist())
     # the repaired state is bitwise the prefill with those rows exact
-    again = engine.prefill(p.ids, Plan(p.n, SPLIT, TAIL, LAYERS).with_rows(exact), "ridge",
+    again = run_plan(engine, p.ids, Plan(p.n, SPLIT, TAIL, LAYERS).with_rows(exact), "ridge",
                            logits_rows=1)
     assert torch.equal(again.last_logits, f.pre.last_logits)
     assert len(tokens) == STEPS
@@ -81,7 +81,7 @@ def test_repair_makes_the_flagged_rows_exact_with_their_spans():
 def test_every_row_repaired_is_bitwise_exact_decoding(family):
     engine, p, cfg = setup(family)
     pre, f = checked(engine, p, cfg, 1e-30)  # every filled row receives some attention
-    exact = engine.run(p.ids, cfg.replace(fill="exact"), prompt=p)
+    exact = engine.prefill(p.ids, cfg.replace(fill="exact"), prompt=p)
     ref = Feeder(engine, exact)
     logits_f, logits_e = pre.last_logits, exact.last_logits
     assert not torch.equal(logits_f, logits_e)  # the fill did change the prefill
@@ -120,7 +120,7 @@ def test_a_repair_replays_the_tokens_so_far_in_one_pass():
         f.push(t)
     f.repair(f.filled[:2].numpy())
     assert f.stats["repairs"] == 1 and f.n == p.n + len(history) and f.stock is None
-    again = engine.prefill(p.ids, Plan(p.n, SPLIT, TAIL, LAYERS).with_rows(f.plan.exact_rows),
+    again = run_plan(engine, p.ids, Plan(p.n, SPLIT, TAIL, LAYERS).with_rows(f.plan.exact_rows),
                            "ridge", logits_rows=1)
     ref = Feeder(engine, again)
     for t in history:

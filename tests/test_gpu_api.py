@@ -16,7 +16,7 @@ from gpu.api import RidgeFill
 from gpu.core.engine import Engine
 from gpu.maps.files import load_maps, save_maps
 from gpu.core.plan import Plan
-from gpu_fixtures import LAYERS, byte_tokenizer, random_maps, tiny_model, token_ids
+from gpu_fixtures import run_plan, LAYERS, byte_tokenizer, random_maps, tiny_model, token_ids
 
 N, S, T, NEW = 40, 1, 8, 6
 
@@ -59,7 +59,7 @@ def test_generate_continues_from_ridgefill_cache(loaded, tmp_path):
     # oracle: the engine's prefill of the whole prompt with the same filled rows (the last
     # prompt token is then one more tail row), then full-depth greedy decoding
     eng = Engine(loaded.model, maps)
-    pre = eng.prefill(ids, Plan(N, S, T + 1, LAYERS), "ridge")
+    pre = run_plan(eng, ids, Plan(N, S, T + 1, LAYERS), "ridge")
     assert torch.allclose(out.logits[0][0], pre.last_logits, atol=1e-5, rtol=1e-5)
     assert out.sequences[0, N:].tolist() == eng.decode(pre, NEW)
     # and it is a RidgeFill cache, not the exact one

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 from gpu.core.engine import Engine
 from gpu.core.late import every_row_exact
 from gpu.core.plan import Plan
-from gpu_fixtures import (DenseMaps, LAYERS, assert_lower_reuse_bitwise, every_row_through_late,
+from gpu_fixtures import (run_plan, DenseMaps, LAYERS, assert_lower_reuse_bitwise, every_row_through_late,
                           identity_maps, random_maps, tiny_model, token_ids)
 
 FAMILIES = ("llama", "qwen3", "gemma3")
@@ -33,15 +33,15 @@ def test_fill_off_logits_bitwise_equal_stock_forward(family_model):
     ids = token_ids(N, seed=2)
     stock = model(input_ids=ids).logits[0]
     eng = Engine(model)
-    for pre in (eng.prefill(ids, None, "exact"),
-                eng.prefill(ids, Plan(N, 2, 8, LAYERS), "exact"),
+    for pre in (run_plan(eng, ids, None, "exact"),
+                run_plan(eng, ids, Plan(N, 2, 8, LAYERS), "exact"),
                 # a plan whose every prefix row is exact is the stock forward too
-                eng.prefill(ids, Plan(N, 2, 8, LAYERS, np.arange(N - 8)), "identity")):
+                run_plan(eng, ids, Plan(N, 2, 8, LAYERS, np.arange(N - 8)), "identity")):
         # logits are those of the rows that ran every layer (pre.rows)
         assert pre.logits.shape == (pre.rows.numel(), stock.shape[1])
         assert torch.equal(pre.logits, stock[pre.rows]), family
         assert pre.fill == "exact"
-    assert torch.equal(eng.prefill(ids, None, "exact").rows, torch.arange(N))
+    assert torch.equal(run_plan(eng, ids, None, "exact").rows, torch.arange(N))
 
 
 @torch.inference_mode()
@@ -72,7 +72,7 @@ def test_lower_layers_and_x_split_equal_exact(family_model):
     eng = Engine(model, DenseMaps(S, random_maps(S, seed=5)))
     x_split, _ = eng.lower(ids, S, DynamicCache(config=model.config))
     assert torch.equal(x_split, stock.hidden_states[S])
-    pre = eng.prefill(ids, Plan(N, S, T, LAYERS, np.array([2, 9])), "ridge")
+    pre = run_plan(eng, ids, Plan(N, S, T, LAYERS, np.array([2, 9])), "ridge")
     for l in range(S):
         assert torch.equal(pre.cache.layers[l].keys, stock.past_key_values.layers[l].keys)
         assert torch.equal(pre.cache.layers[l].values, stock.past_key_values.layers[l].values)
@@ -87,8 +87,8 @@ def test_identity_arm_equals_ridge_with_identity_maps(family_model, exact_rows):
     S, T = 1, 6
     ids = token_ids(N, seed=6)
     plan = Plan(N, S, T, LAYERS, np.array(exact_rows, dtype=np.int64))
-    ident = Engine(model).prefill(ids, plan, "identity")
-    ridge = Engine(model, DenseMaps(S, identity_maps(S))).prefill(ids, plan, "ridge")
+    ident = run_plan(Engine(model), ids, plan, "identity")
+    ridge = run_plan(Engine(model, DenseMaps(S, identity_maps(S))), ids, plan, "ridge")
     assert torch.equal(ident.logits, ridge.logits), family
     for l in range(LAYERS):
         assert torch.equal(ident.cache.layers[l].keys, ridge.cache.layers[l].keys)
@@ -107,15 +107,15 @@ def test_logits_rows_are_the_last_rows_of_every_row_logits(family_model, fill, e
     ids = token_ids(N, seed=9)
     plan = None if exact_rows is None else Plan(N, S, T, LAYERS, np.array(exact_rows, np.int64))
     eng = Engine(model, DenseMaps(S, random_maps(S, seed=10)))
-    every = eng.prefill(ids, plan, fill)
+    every = run_plan(eng, ids, plan, fill)
     for k in (1, 4, every.rows.numel()):
-        some = eng.prefill(ids, plan, fill, logits_rows=k)
+        some = run_plan(eng, ids, plan, fill, logits_rows=k)
         assert torch.equal(some.rows, every.rows[-k:]), (family, k)
         torch.testing.assert_close(some.logits, every.logits[-k:], rtol=1e-5, atol=1e-5)
         assert torch.equal(some.logits.argmax(-1), every.logits[-k:].argmax(-1))
     for bad in (0, every.rows.numel() + 1):
         with pytest.raises(ValueError, match="logits_rows"):
-            eng.prefill(ids, plan, fill, logits_rows=bad)
+            run_plan(eng, ids, plan, fill, logits_rows=bad)
 
 
 @pytest.mark.parametrize("adopt", [False, True])
@@ -132,9 +132,9 @@ def test_prefill_rejects_maps_for_another_split():
     model = tiny_model("llama", seed=1)
     eng = Engine(model, DenseMaps(2, random_maps(2)))
     with pytest.raises(ValueError, match=r"fitted for split 2.*split 1"):
-        eng.prefill(token_ids(N), Plan(N, 1, 4, LAYERS), "ridge")
+        run_plan(eng, token_ids(N), Plan(N, 1, 4, LAYERS), "ridge")
     with pytest.raises(ValueError, match="fill="):
-        eng.prefill(token_ids(N), Plan(N, 2, 4, LAYERS), "bogus")
+        run_plan(eng, token_ids(N), Plan(N, 2, 4, LAYERS), "bogus")
 
 
 # ------------------------------------------------------------------------------ real models
@@ -170,7 +170,7 @@ def test_real_model_fill_off_and_late_path_bitwise(real):
     stock = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True,
                   output_hidden_states=True)
     eng = Engine(model)
-    assert torch.equal(eng.prefill(ids, None, "exact").logits, stock.logits[0]), real.name
+    assert torch.equal(run_plan(eng, ids, None, "exact").logits, stock.logits[0]), real.name
     split = real.n_layers // 2
     cache = DynamicCache(config=model.config)
     x_split, _ = eng.lower(ids, split, cache)

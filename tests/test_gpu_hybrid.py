@@ -23,7 +23,7 @@ from gpu.maps.fit import FitOptions, documents, fit
 from gpu.maps.files import load_maps
 from gpu.core.models import Loaded
 from gpu.core.plan import Plan
-from gpu_fixtures import (DenseMaps, assert_lower_reuse_bitwise, byte_tokenizer, calib_dir,
+from gpu_fixtures import (run_plan, DenseMaps, assert_lower_reuse_bitwise, byte_tokenizer, calib_dir,
                           every_row_through_late, tiny_model)
 from rfmath.gating import filled_share
 
@@ -138,8 +138,8 @@ def test_fill_off_bitwise_equals_stock_forward(family_model):
     ids = ids_for(N, 2)
     stock = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
     eng = Engine(model, DenseMaps(2, near_identity_maps(2)))
-    for pre in (eng.prefill(ids, None, "exact"), eng.prefill(ids, Plan(N, 2, 8, L), "exact"),
-                eng.prefill(ids, Plan(N, 2, 8, L, np.arange(N - 8)), "ridge")):
+    for pre in (run_plan(eng, ids, None, "exact"), run_plan(eng, ids, Plan(N, 2, 8, L), "exact"),
+                run_plan(eng, ids, Plan(N, 2, 8, L, np.arange(N - 8)), "ridge")):
         assert pre.fill == "exact"
         assert torch.equal(pre.logits, stock.logits[0][pre.rows]), family
         assert same_cache(pre.cache, stock.past_key_values)
@@ -165,8 +165,8 @@ def test_identity_arm_equals_ridge_with_eye(family_model):
     family, model = family_model
     ids = ids_for(N, 4)
     plan = Plan(N, 1, 8, L, np.array([3, 11, 20]))
-    ident = Engine(model).prefill(ids, plan, "identity")
-    eye = Engine(model, DenseMaps(1, eye_maps(1))).prefill(ids, plan, "ridge")
+    ident = run_plan(Engine(model), ids, plan, "identity")
+    eye = run_plan(Engine(model, DenseMaps(1, eye_maps(1))), ids, plan, "ridge")
     assert torch.equal(ident.logits, eye.logits)
     assert same_cache(ident.cache, eye.cache)
     stock = model(input_ids=ids).logits[0][ident.rows]
@@ -196,7 +196,7 @@ def test_gdn_state_folds_predicted_filled_rows_and_true_exact_rows(family_model,
     ids = ids_for(N, 5)
     plan = Plan(N, S, 8, L, np.array([0, 7, 8, 19]))
     maps = DenseMaps(S, near_identity_maps(S, seed=3))
-    pre = Engine(model, maps).prefill(ids, plan, fill)
+    pre = run_plan(Engine(model, maps), ids, plan, fill)
     hs = model(input_ids=ids, output_hidden_states=True).hidden_states
     x_true, x_s = hs[layer].clone(), hs[S]
     computed, filled = torch.as_tensor(plan.computed), torch.as_tensor(plan.filled)
@@ -244,10 +244,10 @@ def test_decoding_after_engine_prefill(family_model):
     eng = Engine(model, DenseMaps(1, near_identity_maps(1)))
     plan = Plan(N, 1, 8, L, np.array([2, 9]))
     for fill in ("ridge", "none"):
-        pre = eng.prefill(ids, plan, fill)
+        pre = run_plan(eng, ids, plan, fill)
         out = eng.decode(pre, 4)
         assert len(out) == 4 and all(0 <= t < VOCAB for t in out)
-    pre = eng.prefill(ids[:, :-1], Plan(N - 1, 1, 8, L), "ridge")
+    pre = run_plan(eng, ids[:, :-1], Plan(N - 1, 1, 8, L), "ridge")
     gen = model.generate(ids, cache=pre.cache, max_new_tokens=3, do_sample=False)
     assert gen.shape == (1, N + 3)
 
@@ -274,8 +274,8 @@ def test_correction_rho_and_restores_exact_state(family_model, exact_rows):
 
     plan = Plan(N, S, T, L, np.array(exact_rows, np.int64))
     eng = Engine(model, maps)
-    plain = eng.prefill(ids, plan, "ridge")
-    fixed = eng.prefill(ids, plan, "ridge", correction={layer: dM})
+    plain = run_plan(eng, ids, plan, "ridge")
+    fixed = run_plan(eng, ids, plan, "ridge", deltas={layer: dM})
     err_plain = (plain.cache.layers[layer].recurrent_states[0] - exact_state).norm()
     err_fixed = (fixed.cache.layers[layer].recurrent_states[0] - exact_state).norm()
     assert err_plain > 1e-3
@@ -294,7 +294,7 @@ def test_correction_rho_and_restores_exact_state(family_model, exact_rows):
     else:
         assert rho.min() < 1.0
     # a zero DeltaM changes nothing but the split of the scan at the prefix end (rounding)
-    zero = eng.prefill(ids, plan, "ridge", correction={layer: torch.zeros_like(dM)})
+    zero = run_plan(eng, ids, plan, "ridge", deltas={layer: torch.zeros_like(dM)})
     torch.testing.assert_close(zero.logits, plain.logits, rtol=0, atol=1e-4)
 
 
@@ -362,8 +362,8 @@ def test_correction_errors(tmp_path):
     with pytest.raises(ValueError, match="fill='identity'"):
         RidgeFill(hybrid, None, split=1, fill="identity", tail=8, correction=True)
     with pytest.raises(ValueError, match="refit the maps"):
-        Engine(hybrid.model, no_delta).prefill(ids_for(20, 0), Plan(20, 1, 4, L), "ridge",
-                                               correction=True)
+        run_plan(Engine(hybrid.model, no_delta), ids_for(20, 0), Plan(20, 1, 4, L), "ridge",
+                 correction=True)
     llama = _loaded(tiny_model("llama"), "tiny-llama", tmp_path)
     with pytest.raises(ValueError, match="has none"):
         RidgeFill(llama, None, split=1, fill="none", tail=8, correction=True)

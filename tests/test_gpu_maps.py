@@ -17,7 +17,7 @@ from safetensors import safe_open
 from gpu.core.engine import Engine
 from gpu.maps.files import FORMAT, GROUP, dequantize, load_maps, save_maps
 from gpu.core.plan import Plan
-from gpu_fixtures import LAYERS, random_maps, tiny_model, token_ids
+from gpu_fixtures import run_plan, LAYERS, random_maps, tiny_model, token_ids
 from rfmodel.maps import dequantize_int8, round_bf16
 
 EPS32 = 2.0 ** -24
@@ -119,8 +119,8 @@ def test_resident_and_streaming_maps_give_identical_outputs(tmp_path, precision)
         assert torch.equal(res.predict(l, x), stream.predict(l, x))
     ids = token_ids(20, seed=5)
     plan = Plan(20, S, 5, LAYERS, np.array([3]))
-    a = Engine(model, res).prefill(ids, plan, "ridge")
-    b = Engine(model, stream).prefill(ids, plan, "ridge")
+    a = run_plan(Engine(model, res), ids, plan, "ridge")
+    b = run_plan(Engine(model, stream), ids, plan, "ridge")
     assert torch.equal(a.logits, b.logits)
     for l in range(LAYERS):
         assert torch.equal(a.cache.layers[l].keys, b.cache.layers[l].keys)

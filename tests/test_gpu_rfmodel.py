@@ -22,7 +22,7 @@ import torch
 
 from gpu.core.engine import Engine
 from gpu.core.plan import Plan
-from gpu_fixtures import DenseMaps, HIDDEN, LAYERS, random_maps, tiny_model, to_tiny_model, token_ids
+from gpu_fixtures import run_plan, DenseMaps, HIDDEN, LAYERS, random_maps, tiny_model, to_tiny_model, token_ids
 
 RTOL = 1e-4
 N, S, T = 24, 2, 8
@@ -72,13 +72,13 @@ def test_every_arm_matches_tinymodel(pair, arm, exact_rows):
     maps = random_maps(S, seed=9)
     eng = Engine(model, DenseMaps(S, maps))
     plan = Plan(N, S, T, LAYERS, np.array(exact_rows, np.int64))
-    pre = eng.prefill(ids, plan, ARMS[arm])
+    pre = run_plan(eng, ids, plan, ARMS[arm])
     ref_logits, ref_cache = tm.prefill(ids[0].numpy(), arm, S, T, exact_rows=exact_rows,
                                        maps=ref_maps(maps) if arm == "ridgefill" else None)
     assert rel(pre.logits[-T:], ref_logits) < RTOL, (family, arm)
     check_cache(pre, ref_cache, arm)
-    # rows that ran every layer: the exact prefix rows then the tail
-    want = np.concatenate([exact_rows, np.arange(N - T, N)])
+    # rows that ran every layer: the exact prefix rows then the tail (exact: every row)
+    want = np.arange(N) if arm == "exact" else np.concatenate([exact_rows, np.arange(N - T, N)])
     assert np.array_equal(pre.rows.numpy(), want)
 
     # full-depth decoding from both caches: same greedy tokens, same logits
@@ -100,7 +100,7 @@ def test_arms_differ_on_tinymodel(pair):
     maps = random_maps(S, seed=9)
     eng = Engine(model, DenseMaps(S, maps))
     plan = Plan(N, S, T, LAYERS)
-    tails = {arm: eng.prefill(ids, plan, fill).logits[-T:] for arm, fill in ARMS.items()}
+    tails = {arm: run_plan(eng, ids, plan, fill).logits[-T:] for arm, fill in ARMS.items()}
     names = list(tails)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -116,14 +116,14 @@ def test_rescale_matches_tinymodel(pair, arm, rescale):
     maps = random_maps(S, seed=11, noise=0.5)
     eng = Engine(model, DenseMaps(S, maps))
     c = 5
-    pre = eng.prefill(ids, Plan(N, S, T, LAYERS, np.array([2, 6])), ARMS[arm],
+    pre = run_plan(eng, ids, Plan(N, S, T, LAYERS, np.array([2, 6])), ARMS[arm],
                       rescale=rescale, rescale_rows=c)
     ref_logits, ref_cache = tm.prefill(ids[0].numpy(), arm, S, T, exact_rows=[2, 6],
                                        maps=ref_maps(maps) if arm == "ridgefill" else None,
                                        rescale=rescale, c=c)
     assert rel(pre.logits[-T:], ref_logits) < RTOL
     check_cache(pre, ref_cache, arm)
-    plain = eng.prefill(ids, Plan(N, S, T, LAYERS, np.array([2, 6])), ARMS[arm])
+    plain = run_plan(eng, ids, Plan(N, S, T, LAYERS, np.array([2, 6])), ARMS[arm])
     assert rel(plain.logits[-T:], ref_logits) > 1e-4  # the rescale did change something
 
 
@@ -134,9 +134,9 @@ def test_splices_match_tinymodel(pair, splice):
     ids = token_ids(N, seed=12)
     maps = random_maps(S, seed=13, noise=0.5)
     eng = Engine(model, DenseMaps(S, maps))
-    exact = eng.prefill(ids, None, "exact")
+    exact = run_plan(eng, ids, None, "exact")
     plan = Plan(N, S, T, LAYERS, np.array([5]))
-    pre = eng.prefill(ids, plan, "ridge", splice=splice, exact_cache=exact.cache)
+    pre = run_plan(eng, ids, plan, "ridge", splice=splice, exact_cache=exact.cache)
     ref_logits, ref_cache = tm.prefill(ids[0].numpy(), "ridgefill", S, T, exact_rows=[5],
                                        maps=ref_maps(maps), splice=splice)
     assert rel(pre.logits[-T:], ref_logits) < RTOL

@@ -13,7 +13,7 @@ import torch
 
 from gpu.core.engine import Engine
 from gpu.core.plan import Plan
-from gpu_fixtures import LAYERS, WINDOW, DenseMaps, random_maps, tiny_model, token_ids
+from gpu_fixtures import run_plan, LAYERS, WINDOW, DenseMaps, random_maps, tiny_model, token_ids
 
 N, S, T = 40, 1, 8
 EXACT = np.array([10, 20, 21])
@@ -56,7 +56,7 @@ def test_skip_unread_equals_filling_every_row(gemma, fill):
     runs = {}
     for skip in (True, False):
         m = CountingMaps(S, maps)
-        runs[skip] = (Engine(gemma, m).prefill(ids, plan, fill, skip_unread=skip), m)
+        runs[skip] = (run_plan(Engine(gemma, m), ids, plan, fill, skip_unread=skip), m)
     (on, m_on), (off, m_off) = runs[True], runs[False]
 
     if fill == "ridge":
@@ -89,8 +89,8 @@ def test_skip_unread_decode_matches_with_engine_decode(gemma):
     plan = Plan(N, S, T, LAYERS, EXACT)
     ids = token_ids(N, seed=6)
     eng = Engine(gemma, DenseMaps(S, maps))
-    a = eng.decode(eng.prefill(ids, plan, "ridge", skip_unread=True), 5)
-    b = eng.decode(eng.prefill(ids, plan, "ridge", skip_unread=False), 5)
+    a = eng.decode(run_plan(eng, ids, plan, "ridge", skip_unread=True), 5)
+    b = eng.decode(run_plan(eng, ids, plan, "ridge", skip_unread=False), 5)
     assert a == b and len(a) == 5
 
 
@@ -104,9 +104,9 @@ def test_decoding_continues_the_prefill(gemma, fill):
     maps = random_maps(S, seed=7)
     eng = Engine(gemma, DenseMaps(S, maps))
     ids = token_ids(N, seed=8)
-    tokens = eng.decode(eng.prefill(ids, Plan(N, S, T, LAYERS, EXACT), fill), 4)
+    tokens = eng.decode(run_plan(eng, ids, Plan(N, S, T, LAYERS, EXACT), fill), 4)
     longer = torch.cat([ids, torch.tensor([tokens[:3]])], dim=1)
-    again = eng.prefill(longer, Plan(N + 3, S, T + 3, LAYERS, EXACT), fill)
+    again = run_plan(eng, longer, Plan(N + 3, S, T + 3, LAYERS, EXACT), fill)
     assert again.logits[-4:].argmax(-1).tolist() == tokens
 
 

@@ -57,7 +57,7 @@ def test_interpolating_maps_reproduce_the_exact_cache(family, fill):
     maps = interpolating_maps(model, ids)
     stock = model(input_ids=ids, cache=DynamicCache(config=model.config), use_cache=True)
     eng = Engine(model, maps)
-    pre = eng.run(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill=fill, rows="none",
+    pre = eng.prefill(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill=fill, rows="none",
                                      skip_unread=False))
     for l in range(SPLIT + 1, LAYERS):
         got, want = pre.cache.layers[l], stock.past_key_values.layers[l]
@@ -65,7 +65,7 @@ def test_interpolating_maps_reproduce_the_exact_cache(family, fill):
         for a, b in ((got.keys, want.keys), (got.values, want.values)):
             torch.testing.assert_close(a[:, :, :n], b[:, :, -n:], atol=2e-3, rtol=2e-3)
     # and the maps differ from the identity: the identity fill does not reproduce it
-    ident = eng.run(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill="identity", rows="none",
+    ident = eng.prefill(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill="identity", rows="none",
                                        skip_unread=False))
     assert not torch.allclose(ident.cache.layers[LAYERS - 1].keys,
                               stock.past_key_values.layers[LAYERS - 1].keys[:, :, -ident.cache.layers[LAYERS - 1].keys.shape[2]:],
@@ -81,9 +81,9 @@ def test_values_fill_takes_keys_from_one_fill_and_values_from_the_other(keys, va
     maps = interpolating_maps(model, token_ids(N, seed=9))  # fitted on other rows: inexact
     eng = Engine(model, maps)
     cfg = PrefillConfig(split=SPLIT, tail=4, fill=keys, values_fill=values, rows="none")
-    mixed = eng.run(ids, cfg)
-    k_only = eng.run(ids, cfg.replace(values_fill=None))
-    v_only = eng.run(ids, cfg.replace(fill=values, values_fill=None))
+    mixed = eng.prefill(ids, cfg)
+    k_only = eng.prefill(ids, cfg.replace(values_fill=None))
+    v_only = eng.prefill(ids, cfg.replace(fill=values, values_fill=None))
     filled = torch.as_tensor(mixed.plan.filled)
     for l in range(SPLIT + 1, LAYERS):
         assert torch.equal(mixed.cache.layers[l].keys[:, :, filled],
@@ -98,10 +98,10 @@ def test_fill_needs_maps_of_its_kind():
     model = tiny_model("llama", seed=1)
     ridge_only = Engine(model, KindMaps(SPLIT, random_maps(SPLIT), "ridge"))
     with pytest.raises(ValueError, match=r"needs maps of kind 'anchored'.*--kinds anchored"):
-        ridge_only.run(token_ids(N), PrefillConfig(split=SPLIT, tail=4, fill="anchored",
+        ridge_only.prefill(token_ids(N), PrefillConfig(split=SPLIT, tail=4, fill="anchored",
                                                    rows="none"))
     with pytest.raises(ValueError, match=r"needs maps of kind 'kv'"):
-        ridge_only.run(token_ids(N), PrefillConfig(split=SPLIT, tail=4, fill="identity",
+        ridge_only.prefill(token_ids(N), PrefillConfig(split=SPLIT, tail=4, fill="identity",
                                                    values_fill="kv", rows="none"))
 
 
@@ -145,10 +145,10 @@ def test_kv_fill_runs_its_sink_rows_exact(monkeypatch):
     monkeypatch.setattr(late, "SINK_RATIO", float(norms.max() / norms.median()) * 0.999)
     eng = Engine(model, maps)
     for fill, values in (("kv", None), ("identity", "kv")):
-        pre = eng.run(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill=fill, values_fill=values,
+        pre = eng.prefill(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill=fill, values_fill=values,
                                          rows="none"))
         assert pre.plan.exact_rows.tolist() == [top], (fill, values)
-    assert eng.run(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill="ridge",
+    assert eng.prefill(ids, PrefillConfig(split=SPLIT, tail=TAIL, fill="ridge",
                                       rows="none")).plan.exact_rows.size == 0
 
 

@@ -14,7 +14,7 @@ import gpu
 from gpu import PrefillConfig, RidgeFillPress
 from gpu.core.engine import Engine
 from gpu.core.plan import Plan
-from gpu_fixtures import DenseMaps, _randomize, random_maps, tiny_config, tiny_model
+from gpu_fixtures import run_plan, DenseMaps, _randomize, random_maps, tiny_config, tiny_model
 
 S, T, N, NEW = 1, 8, 40, 4
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gemma3", "qwen3_next", "qwen3_5")
@@ -108,7 +108,7 @@ def test_prefill_then_generate_equals_the_engine(family):
     # oracle: the engine's prefill of the whole prompt with the same filled rows (the last
     # prompt token is one more tail row), then its full-depth greedy decoding
     eng = Engine(model, maps)
-    pre = eng.prefill(ids, Plan(N, S, T + 1, L), "ridge")
+    pre = run_plan(eng, ids, Plan(N, S, T + 1, L), "ridge")
     assert out[0, N:].tolist() == eng.decode(pre, NEW), name
 
 
@@ -135,7 +135,7 @@ def test_press_runs_ridgefill_for_the_prefill(family):
         out = _generate(model, ids)
     assert press.last.plan.counts()["filled"] == N - T
     eng = Engine(model, maps)
-    assert out[0, N:].tolist() == eng.decode(eng.run(ids, config), NEW), name
+    assert out[0, N:].tolist() == eng.decode(eng.prefill(ids, config), NEW), name
 
 
 def test_press_leaves_the_model_untouched_even_after_an_exception():
@@ -202,7 +202,7 @@ def test_prefill_and_press_on_smollm2():
     cache = gpu.prefill(model, ids, maps, PrefillConfig(split=split, tail=tail, rows="none"))
     out = _generate(model, ids, cache=cache)
     eng = Engine(model, maps)
-    pre = eng.prefill(ids, Plan(n, split, tail + 1, loaded.n_layers), "ridge")
+    pre = run_plan(eng, ids, Plan(n, split, tail + 1, loaded.n_layers), "ridge")
     assert out[0, n:].tolist() == eng.decode(pre, NEW)
     stock = _generate(model, ids, output_logits=True, return_dict_in_generate=True)
     with RidgeFillPress(None, PrefillConfig(fill="exact"))(model):

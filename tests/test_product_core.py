@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from dataclasses import fields
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,10 +16,11 @@ from gpu.api import RidgeFill
 from gpu.core import models
 from gpu.core.config import PrefillConfig
 from gpu.core.engine import Engine
+from gpu.core.extras import Extras
 from gpu.core.late import every_row_exact
 from gpu.core.plan import Plan
 from gpu.maps.files import load_maps, save_maps
-from gpu_fixtures import (HIDDEN, LAYERS, byte_tokenizer, random_maps, tiny_config,
+from gpu_fixtures import (run_plan, HIDDEN, LAYERS, byte_tokenizer, random_maps, tiny_config,
                           tiny_dir, token_ids)
 
 S, T = 1, 8
@@ -138,31 +140,38 @@ def llama():
     return tiny_model("llama", seed=0)
 
 
-def test_plan_length_must_match_the_ids(llama):
-    ids = token_ids(20)
-    with pytest.raises(ValueError, match="plan is for 24 tokens but ids hold 20"):
-        Engine(llama).prefill(ids, Plan(24, S, T, LAYERS), "identity")
+@pytest.mark.parametrize("extras,rows,match", [
+    (dict(exact_rows=np.array([30])), "none", r"exact_rows must lie in the prefix 0\.\.11"),
+    (dict(exact_rows=np.array([3])), "random", "exact_rows fixes the exact rows"),
+    (dict(splice="keys"), "none", "needs one of .* and an exact_cache"),
+    (dict(exact_rows=np.array([3]), selector=object()), "none", "either exact_rows or a selector"),
+])
+def test_extras_are_checked(llama, extras, rows, match):
+    cfg = PrefillConfig(split=S, tail=T, fill="identity", rows=rows,
+                        selector_options={"count": 2} if rows == "random" else {})
+    with pytest.raises(ValueError, match=match):
+        Engine(llama).prefill(token_ids(20), cfg, Extras(**extras))
 
 
 @pytest.mark.parametrize("fill", ["exact", "identity"])
 def test_batch_of_more_than_one_is_refused(llama, fill):
     ids = torch.cat([token_ids(20, 0), token_ids(20, 1)])
     with pytest.raises(ValueError, match=r"shape \(1, n\).*got \(2, 20\)"):
-        Engine(llama).run(ids, PrefillConfig(split=S, tail=T, fill=fill, rows="none"))
+        Engine(llama).prefill(ids, PrefillConfig(split=S, tail=T, fill=fill, rows="none"))
 
 
 def test_random_rows_need_a_count_and_select_exactly_it(llama):
     with pytest.raises(ValueError, match="count"):
         PrefillConfig(rows="random")
     ids = token_ids(40)
-    pre = Engine(llama).run(ids, PrefillConfig(split=S, tail=T, fill="identity", rows="random",
+    pre = Engine(llama).prefill(ids, PrefillConfig(split=S, tail=T, fill="identity", rows="random",
                                                selector_options={"count": 5, "seed": 1}))
     assert pre.plan.exact_rows.size == 5
 
 
 def test_text_selector_without_text_is_an_error(llama):
     with pytest.raises(ValueError, match="reads the prompt's text, but only ids were given"):
-        Engine(llama).run(token_ids(40), PrefillConfig(split=S, tail=T, fill="identity"))
+        Engine(llama).prefill(token_ids(40), PrefillConfig(split=S, tail=T, fill="identity"))
 
 
 def test_attention_rows_without_a_global_lower_layer_is_an_error():
@@ -179,7 +188,7 @@ def test_attention_rows_without_a_global_lower_layer_is_an_error():
 
 def test_probe_with_no_fill_needs_maps(llama):
     with pytest.raises(ValueError, match="rows='probe'.*pass maps"):
-        Engine(llama).run(token_ids(40), PrefillConfig(split=S, tail=T, fill="none", rows="probe"))
+        Engine(llama).prefill(token_ids(40), PrefillConfig(split=S, tail=T, fill="none", rows="probe"))
 
 
 def test_maps_missing_a_late_layer_are_refused_at_load(tmp_path, llama):

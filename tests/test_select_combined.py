@@ -19,7 +19,7 @@ from gpu.core.engine import Engine
 from gpu.core.plan import Plan
 from rfmodel import selectors as rs
 
-from gpu_fixtures import VOCAB, byte_tokenizer, load_tiny
+from gpu_fixtures import run_plan, VOCAB, byte_tokenizer, load_tiny
 
 SPLIT, TAIL = 2, 96
 BODY = ("The harbor was quiet that spring. Ships came and went without much notice. "
@@ -55,7 +55,7 @@ def select_rows(engine, selector, question: str = QUESTIONS[0]) -> tuple[np.ndar
 
     rec.keep = selector.keep
     with torch.inference_mode():
-        engine.prefill(p.ids, plan, "identity", selector=rec, prompt=p, logits_rows=1)
+        run_plan(engine, p.ids, plan, "identity", selector=rec, prompt=p, logits_rows=1)
     return seen["rows"], plan.n_prefix
 
 

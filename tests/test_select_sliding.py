@@ -11,7 +11,7 @@ from gpu.core import select
 from gpu.core.engine import Engine
 from gpu.core.plan import Plan
 
-from gpu_fixtures import byte_tokenizer, tiny_model
+from gpu_fixtures import run_plan, byte_tokenizer, tiny_model
 
 BODY = "One of the special magic numbers for rough-harbor is: 7432657. " + "Calm sea. " * 30
 TYPES = ["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"]
@@ -29,7 +29,7 @@ def test_attention_rows_fall_back_to_the_global_layer(monkeypatch):
     real = select.lower_received
     monkeypatch.setattr(select, "lower_received",
                         lambda ctx, rows, layers: seen.setdefault("r", real(ctx, rows, layers)))
-    pre = Engine(model, None).prefill(p.ids, plan, "identity",
+    pre = run_plan(Engine(model, None), p.ids, plan, "identity",
                                       selector=select.AttentionRows(share=0.10), prompt=p)
     rows = pre.plan.exact_rows
     assert rows.size == int(0.10 * plan.n_prefix) and rows.max() < plan.n_prefix

@@ -27,10 +27,9 @@ from . import late, select
 from .adapters import Adapter, for_model
 from .cache import as_stock, layer_input, layer_inputs
 from .compiled import compiled as compiled_adapter
-from .config import FILLS, MAP_FILLS, PrefillConfig, kind_of
+from .config import PrefillConfig, kind_of
+from .extras import NONE, Extras
 from .plan import Plan
-
-SPLICES = ("keys", "values", "both")
 
 
 class Predictor(Protocol):
@@ -196,23 +195,30 @@ class Engine:
 
     # ------------------------------------------------------------------ prefill
     @torch.inference_mode()
-    def run(self, ids: torch.Tensor, config: PrefillConfig, *, prompt=None,
-            logits_rows: int | None = 1, selector=None, splice: str | None = None,
-            exact_cache: DynamicCache | None = None, keep_x_split: bool = False) -> Prefill:
-        """Prefill ``ids`` (1, n) under ``config``: the entry point of the API, the CLI, the
+    def prefill(self, ids: torch.Tensor, config: PrefillConfig, extras: Extras = NONE, *,
+                prompt=None, logits_rows: int | None = 1, keep_x_split: bool = False) -> Prefill:
+        """Prefill ``ids`` (1, n) under ``config``: the one entry point of the API, the CLI, the
         evaluation's arms and the benchmark. The plan and the selector come from the
-        configuration (``selector`` overrides the configured one: the evaluation's controls);
+        configuration; ``extras`` holds what only an evaluation adds (gpu.core.extras).
         ``prompt`` (gpu.core.prompt.Prompt) carries the text that text-reading selectors need.
-        What was adjusted (a prompt that fits the tail, a prefix too short to select from) is
-        listed in ``Prefill.info["notes"]``. ``keep_x_split``: keep layer S's input in the
-        result (rows made exact later without a new prefill: gpu.core.late.repair_rows)."""
+        logits_rows: logits of the last that many computed rows (None: every one; 1 MiB a row
+        at a 262K vocabulary). keep_x_split: keep layer S's input in the result (rows made
+        exact later without a new prefill: gpu.core.late.repair_rows). What was adjusted (a
+        prompt that fits the tail, a prefix too short to select from) is listed in
+        ``Prefill.info["notes"]``."""
         cfg = self.resolve(config)
         _check_ids(ids)
         n = ids.shape[1]
         notes: list[str] = []
-        plan = None if cfg.fill == "exact" else Plan(n, cfg.split, cfg.tail, self.adapter.n_layers)
+        if extras.exact_rows is not None and cfg.rows != "none":
+            raise ValueError(f"exact_rows fixes the exact rows and rows={cfg.rows!r} selects "
+                             "them: use rows='none' with exact_rows")
+        plan = None if cfg.fill == "exact" else Plan(
+            n, cfg.split, cfg.tail, self.adapter.n_layers,
+            *(() if extras.exact_rows is None else (extras.exact_rows,)))
         if plan is not None and plan.n_prefix == 0:
             notes.append(f"prompt of {n} tokens fits in the tail of {cfg.tail}: ran exact")
+        selector = extras.selector
         if selector is None and plan is not None and cfg.rows != "none":
             if prompt is None and cfg.needs_text:
                 raise ValueError(f"rows={cfg.rows!r} reads the prompt's text, but only ids were "
@@ -224,13 +230,7 @@ class Engine:
                 notes.append(f"rows={cfg.rows}: the prefix has {plan.n_prefix} rows, too short "
                              "to select from; fell back to rows=none")
             selector = None
-        pre = self.prefill(ids, plan, cfg.fill, rescale=cfg.rescale,
-                           rescale_rows=cfg.rescale_rows, splice=splice, exact_cache=exact_cache,
-                           skip_unread=cfg.skip_unread, selector=selector, prompt=prompt,
-                           logits_rows=logits_rows, correction=cfg.correction,
-                           keep_x_split=keep_x_split, values_fill=cfg.values_fill,
-                           batched=cfg.batched_on(self.model.device),
-                           chunk=cfg.chunk, compiled=cfg.compile)
+        pre = self._walk(ids, plan, cfg, extras, selector, prompt, logits_rows, keep_x_split)
         pre.info["notes"] = notes
         return pre
 
@@ -257,53 +257,14 @@ class Engine:
                              "fill='identity' or another rows selector")
         return cfg
 
-    @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, plan: Plan | None, fill: str = "ridge", *,
-                rescale: str | None = None, rescale_rows: int = 512,
-                splice: str | None = None, exact_cache: DynamicCache | None = None,
-                skip_unread: bool = True, selector=None, prompt=None,
-                logits_rows: int | None = None, correction: bool | dict = False,
-                keep_x_split: bool = False, batched: bool | None = None,
-                chunk: int = 0, compiled: bool = False, values_fill: str | None = None
-                ) -> Prefill:
-        """Prefill ``ids`` (shape (1, n)) under ``plan`` with one of the arms of paper Table 3.
-
-        fill: "exact" (stock forward), "ridge" (x_l = A_l x_S + b_l), "anchored" (the same with
-        the anchored maps), "kv" (the filled rows' key and value projections from x_S directly),
-        "identity" (x_l = x_S, POP's fill), "none" (filled rows get no late-layer cache entry).
-        values_fill: the fill the filled rows' values come from (keys: ``fill``); None: ``fill``.
-        rescale: None | "values" | "keys" (paper 2.3), measured on the first ``rescale_rows``
-        tail rows. splice: replace filled keys/values/both by those of ``exact_cache``.
-        selector: chooses exact prefix rows after the lower layers ran (gpu.core.select), reading
-        ``prompt``; they replace ``plan.exact_rows`` (a kv fill adds its sink rows, late.sink_rows).
-        logits_rows: logits of the last that many computed rows (None: every one; 1 MiB a row
-        at a 262K vocabulary).
-        correction: the terminal-state correction on Gated DeltaNet late layers (paper 2.3):
-        True takes DeltaM from the maps (``ridgefill fit --correction``); a dict
-        {layer: DeltaM (H_v, d_k, d_v)} gives it explicitly. Applies to the ridge fill (DeltaM
-        is measured for the maps); a no-op when no row is filled into the state (exact, none).
-        batched: all late attention layers' filled entries in one stacked pass (gpu.core.batched)
-        or layer by layer; None: ``fill_order='auto'`` (batched on an accelerator only).
-        chunk: the lower layers run in passes of ``chunk`` rows (Engine.lower); 0: one pass.
-        compiled: the late walk's dense per-layer work under torch.compile
-        (gpu.core.compiled; equal up to float rounding).
-        """
-        if fill not in FILLS:
-            raise ValueError(f"fill={fill!r}: choose one of {FILLS}")
-        if splice is not None and (splice not in SPLICES or exact_cache is None):
-            raise ValueError(f"splice={splice!r} needs one of {SPLICES} and an exact_cache")
-        sources = {}
-        for kind in dict.fromkeys(k for k in (fill, values_fill) if k in MAP_FILLS):
-            sources[kind] = m = kind_of(self.kinds or None, kind)
-            if plan is not None and m.split != plan.split:
-                raise ValueError(f"maps were fitted for split {m.split}, the plan asks for "
-                                 f"split {plan.split}; fit maps for this split or use --split "
-                                 f"{m.split}")
-        _check_ids(ids)
-        if plan is not None and plan.n != ids.shape[1]:
-            raise ValueError(f"the plan is for {plan.n} tokens but ids hold {ids.shape[1]}: "
-                             "build the plan from these ids (Plan(ids.shape[1], ...))")
-        deltas = self._deltas(correction, fill)
+    def _walk(self, ids: torch.Tensor, plan: Plan | None, cfg: PrefillConfig, extras: Extras,
+              selector, prompt, logits_rows: int | None, keep_x_split: bool) -> Prefill:
+        """One prefill of paper Table 3's arms (``Engine.prefill`` checked its arguments): the
+        stock forward when every row is exact, else the lower layers, the selection and the
+        late walk over the mixed cache."""
+        fill, values_fill = cfg.fill, cfg.values_fill
+        sources = {kind: kind_of(self.kinds or None, kind) for kind in cfg.map_kinds}
+        deltas = self._deltas(cfg.correction if extras.deltas is None else extras.deltas, fill)
         start = time.perf_counter()
         ids = ids.to(self.model.device)
         n = ids.shape[1]
@@ -319,7 +280,7 @@ class Engine:
                            seconds=time.perf_counter() - start)
 
         keep = selector.keep(prompt, plan) if selector is not None else None
-        x_split, kept, cache = self._lower_prefix(ids, plan.split, keep, chunk)
+        x_split, kept, cache = self._lower_prefix(ids, plan.split, keep, cfg.chunk)
         if selector is not None:
             ctx = Selection(self, prompt, plan, x_split, cache, kept, fill)
             plan = plan.with_rows(selector(ctx))
@@ -328,13 +289,15 @@ class Engine:
         computed = torch.as_tensor(plan.computed, device=ids.device)
         filled = torch.as_tensor(plan.filled, device=ids.device)
         stats: dict = {}
-        adapter = compiled_adapter(self.adapter) if compiled else self.adapter
+        adapter = compiled_adapter(self.adapter) if cfg.compile else self.adapter
         main = sources.get(fill)  # None: identity (x_S itself) or no fill
         ctx = late.Late(adapter, late.predict_of(main), plan.split, x_split, computed, filled, cache,
                         fill if fill in late.SOURCES else None,
-                        tail_start=plan.n_prefix, rescale=rescale, rescale_rows=rescale_rows,
-                        splice=splice, exact_cache=exact_cache, skip_unread=skip_unread,
-                        correction=deltas, stats=stats, batched=batched,
+                        tail_start=plan.n_prefix, rescale=cfg.rescale,
+                        rescale_rows=cfg.rescale_rows, splice=extras.splice,
+                        exact_cache=extras.exact_cache, skip_unread=cfg.skip_unread,
+                        correction=deltas, stats=stats,
+                        batched=cfg.batched_on(self.model.device),
                         predict_many=getattr(main, "predict_stacked", None),
                         values_fill=values_fill if values_fill != fill else None,
                         sources={k: m.predict for k, m in sources.items()})

@@ -29,6 +29,7 @@ from rfmodel.selectors import complete_spans
 from ..core import late
 from ..core.config import PrefillConfig
 from ..core.engine import Engine, Feeder, Prefill
+from ..core.extras import Extras
 from ..core.plan import row_counts
 from ..core.prompt import Prompt
 
@@ -98,11 +99,8 @@ class CheckedFeeder:
         plan = self.plan
         rows = complete_spans(rows, self.prompt.pieces, plan.n_prefix)
         exact = np.union1d(plan.exact_rows, rows).astype(np.int64)
-        c = self.config
-        pre = self.engine.prefill(self.prompt.ids, plan.with_rows(exact), c.fill,
-                                  rescale=c.rescale, rescale_rows=c.rescale_rows,
-                                  skip_unread=c.skip_unread, correction=c.correction,
-                                  logits_rows=1)
+        config = self.config.replace(split=plan.split, tail=plan.tail, rows="none")
+        pre = self.engine.prefill(self.prompt.ids, config, Extras(exact_rows=exact))
         self.stats["repairs"] += 1
         self.stats["rows_repaired"] += int(exact.size - plan.exact_rows.size)
         self._start(pre)

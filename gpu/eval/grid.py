@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..core.config import pop_split
-from ..core.engine import SPLICES
+from ..core.extras import SPLICES
 from . import tasks
 from .instruments import Arm
 

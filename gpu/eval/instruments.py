@@ -30,6 +30,7 @@ from ..core import select
 from .batch_decode import Batch
 from ..core.cache import full_cache, layer_inputs
 from ..core.engine import Engine, Feeder, Prefill
+from ..core.extras import Extras
 from ..core.late import SINK_RATIO
 from ..core.config import PrefillConfig
 from ..core.plan import row_counts
@@ -150,9 +151,10 @@ class Session:
         selector = None
         if arm.control == "random":
             selector = select.RandomRows(count=count, seed=seed % 2 ** 32)
-        return self.engine(arm.split).run(
-            prompt.ids, arm.config(T, window_blind), prompt=prompt, selector=selector,
-            splice=arm.splice, exact_cache=exact_cache if arm.splice else None, logits_rows=keep)
+        extras = Extras(splice=arm.splice, exact_cache=exact_cache if arm.splice else None,
+                        selector=selector)
+        return self.engine(arm.split).prefill(prompt.ids, arm.config(T, window_blind), extras,
+                                              prompt=prompt, logits_rows=keep)
 
     def macs_share(self, arm: Arm, pre: Prefill, n: int) -> float | None:
         """Multiply-accumulates of this prefill over exact prefill's (paper 2.5), every sweep

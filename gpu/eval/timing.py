@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from ..core import select
-from ..core.plan import Plan
+from ..core.extras import Extras
 from .instruments import Arm, Session
 
 
@@ -22,9 +22,8 @@ def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
     if selector is None:
         pre = sess.prefill(arm, prompt, count=count, seed=seed)
     else:
-        plan = Plan(prompt.n, arm.split, arm.tail, sess.loaded.n_layers)
-        pre = sess.engine(arm.split).prefill(prompt.ids, plan, arm.fill, selector=selector,
-                                             prompt=prompt, logits_rows=1)
+        pre = sess.engine(arm.split).prefill(prompt.ids, arm.config(), Extras(selector=selector),
+                                             prompt=prompt)
     int(pre.last_logits.argmax())
     return time.perf_counter() - t0, pre
 

@@ -85,7 +85,7 @@ def fill_off_is_exact(loaded, n: int = 64) -> bool:
     logits bitwise."""
     ids = torch.arange(n)[None] % loaded.model.config.get_text_config().vocab_size
     ids = ids.to(loaded.model.device)
-    ours = Engine(loaded.model).run(ids, PrefillConfig(fill="exact"), logits_rows=n).logits
+    ours = Engine(loaded.model).prefill(ids, PrefillConfig(fill="exact"), logits_rows=n).logits
     stock = loaded.model(input_ids=ids).logits[0]
     return bool(torch.equal(ours, stock))
 

@@ -216,10 +216,10 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             yield done[key]
             continue
         ids = prompt_ids(loaded, n)
-        arms = {k: (lambda x, c=c: engine.run(x, c)) for k, c in configs.items()}
+        arms = {k: (lambda x, c=c: engine.prefill(x, c)) for k, c in configs.items()}
         if advised is not None:
             text = advised.needs_text and advised.rows != "none"
-            arms["advised"] = lambda x: engine_advised.run(
+            arms["advised"] = lambda x: engine_advised.prefill(
                 x, advised, prompt=from_ids(loaded.tokenizer, x) if text else None)
         if passes:
             arms["exact-chunked"] = lambda x: exact_in_passes(loaded.model, x, chunk)

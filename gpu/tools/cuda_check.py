@@ -14,9 +14,10 @@ import torch
 from transformers import (DynamicCache, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
                           LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
+from ..core.config import PrefillConfig
 from ..core.engine import Engine
+from ..core.extras import Extras
 from ..core.late import every_row_exact
-from ..core.plan import Plan
 
 SMALL = dict(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
              num_attention_heads=4, num_key_value_heads=2, head_dim=16)
@@ -49,24 +50,28 @@ def check_family(name: str, device: str, dtype: torch.dtype, n: int = 48, split:
     d = cfg.hidden_size
     eng = Engine(model, Identity(split, d, device, dtype))
     ids = torch.randint(0, cfg.vocab_size, (1, n), device=device)
-    L = cfg.num_hidden_layers
     with torch.inference_mode():
         ref = model(input_ids=ids).logits[0]
-        off = eng.prefill(ids, None, "exact").logits
+        off = eng.prefill(ids, PrefillConfig(fill="exact"), logits_rows=None).logits
         cache = DynamicCache(config=model.config)
         x, _ = eng.lower(ids, split, cache)
         h = every_row_exact(eng.adapter, split, x, cache)
         all_exact = eng.adapter.logits(h)[0]
-        plan = Plan(n, split, tail, L, np.arange(0, n - tail, 3))
-        ident = eng.prefill(ids, plan, "identity").logits
-        ridge_eye = eng.prefill(ids, plan, "ridge").logits
-        skip = eng.prefill(ids, plan, "identity", skip_unread=True)
-        noskip = eng.prefill(ids, plan, "identity", skip_unread=False)
+        base = PrefillConfig(split=split, tail=tail, rows="none")
+        rows = Extras(exact_rows=np.arange(0, n - tail, 3))
+
+        def run(**changes):
+            return eng.prefill(ids, base.replace(**changes), rows, logits_rows=None)
+
+        ident = run(fill="identity").logits
+        ridge_eye = run(fill="ridge").logits
+        skip = run(fill="identity", skip_unread=True)
+        noskip = run(fill="identity", skip_unread=False)
         tok_skip = eng.decode(skip, 6)
         tok_noskip = eng.decode(noskip, 6)
-        layered = eng.prefill(ids, plan, "ridge", batched=False).logits
-        stacked = eng.prefill(ids, plan, "ridge", batched=True).logits
-        compiled = eng.prefill(ids, plan, "ridge", compiled=True).logits
+        layered = run(fill_order="layer").logits
+        stacked = run(fill_order="batched").logits
+        compiled = run(compile=True).logits
     return {
         "family": name, "device": device, "dtype": str(dtype),
         "fill_off_bitwise": bool(torch.equal(off, ref)),
@@ -100,8 +105,8 @@ def check_selectors(device: str, n: int = 96, split: int = 2, tail: int = 16) ->
         for dev in ("cpu", device):
             model = cls(cfg).to(dev, torch.float32).eval()
             eng = Engine(model, Identity(split, cfg.hidden_size, dev, torch.float32))
-            plan = Plan(n, split, tail, cfg.num_hidden_layers)
-            rows[dev] = eng.prefill(ids, plan, "identity", selector=sel, prompt=prompt).plan.exact_rows
+            config = PrefillConfig(split=split, tail=tail, fill="identity", rows="none")
+            rows[dev] = eng.prefill(ids, config, Extras(selector=sel), prompt=prompt).plan.exact_rows
         out[name] = {"ran": True, "same_rows_as_cpu": bool(np.array_equal(rows["cpu"], rows[device])),
                      "rows": int(rows[device].size)}
     return out
