@@ -14,7 +14,8 @@ from dataclasses import MISSING, fields
 from .core.advised import ADVISABLE
 from .maps.files import KINDS
 from .core.config import PrefillConfig
-from .core.models import BUILTINS, SMALL
+from .core.models import BUILTINS
+from .eval.options import FrontierOptions, MiniOptions, StudyOptions
 from .tools.advise_options import AdviseOptions
 from .tools.bench_options import BenchOptions
 from .data.corpus import FetchError
@@ -91,8 +92,9 @@ def options_args(p: argparse.ArgumentParser, cls) -> None:
             p.add_argument(flag(f.name), nargs="+", type=_option, default=default,
                            metavar="KEY=VALUE", help=shown)
         elif t.startswith("tuple["):
-            p.add_argument(flag(f.name), nargs="+", type=int if "int" in t else str,
-                           default=default, help=shown)
+            item = int if "int" in t else float if "float" in t else str
+            p.add_argument(flag(f.name), nargs="+", type=item, default=default,
+                           choices=f.metadata.get("choices"), help=shown)
         else:
             kind = Path if t == "Path" else int if t.startswith("int") else str
             p.add_argument(flag(f.name), type=kind, default=default, help=shown)
@@ -162,32 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     options_args(b, BenchOptions)
 
     e = sub.add_parser("eval", help="evaluation: needles, long-document loss, agreement")
-    e.add_argument("what", nargs="?", default="study", help="study | mini | frontier")
-    e.add_argument("--out-dir", type=Path, default=Path("results"))
-    e.add_argument("--models", nargs="+", default=None)
-    e.add_argument("--device", default=None)
-    e.add_argument("--samples", type=int, help="filled-region samples per task and length")
-    e.add_argument("--docs", type=int, help="long documents for loss and agreement")
-    e.add_argument("--lengths", type=int, nargs="+", help="needle prompt lengths to run")
-    e.add_argument("--tasks", nargs="+", help="needle tasks to run")
-    e.add_argument("--loss-length", type=int, help="tokens of each document")
-    e.add_argument("--continuation", type=int, help="exact greedy tokens for agreement / KL")
-    e.add_argument("--instruments", nargs="+", choices=("needle", "loss"))
-    e.add_argument("--seed", type=int)
-    e.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    e.add_argument("--quiet", action="store_true", help="no progress bars")
-    e.add_argument("--tails", type=int, nargs="+", help="frontier: exact tails (default 1 512 1024)")
-    e.add_argument("--fills", nargs="+", help="frontier: the fills of the grid (default ridge "
-                   "identity)")
-    e.add_argument("--cut", nargs="+", help="frontier: arm-name patterns left out (fnmatch; "
-                   "default: the model's cuts in gpu.eval.frontier.CUTS)")
-    e.add_argument("--keep", nargs="+", help="frontier: only the arms these patterns name "
-                   "(fnmatch), with exact and POP native (e.g. the n >= 120 comparison)")
-    e.add_argument("--checks", type=float, nargs="+",
-                   help="frontier: decode-time check thresholds at 5/8 depth (paper I.4; "
-                        "default 0.5)")
-    e.add_argument("--timing-units", type=int, default=1,
-                   help="frontier: samples each arm's prefill is timed on (0: no timing)")
+    studies = e.add_subparsers(dest="what", metavar="{study,mini,frontier}")
+    for what, cls, text in (("study", StudyOptions, "the paper's study on each model's preset"),
+                            ("mini", MiniOptions, "every instrument once on a tiny model"),
+                            ("frontier", FrontierOptions, "split x tail x rows x fill grid")):
+        w = studies.add_parser(what, help=text)
+        options_args(w, cls)
+        w.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+        w.add_argument("--quiet", action="store_true", help="no progress bars")
     v = sub.add_parser("advise", help="choose split, tail and rows for a model (paper 9, "
                                       "steps 2-5): a small frontier on held-out text")
     _model_args(v)
@@ -206,6 +190,26 @@ def _cmd_advise(a) -> int:
     run(a.model, options_from_args(a, AdviseOptions), device=a.device, dtype=_dtype(a.dtype),
         progress=not a.quiet)
     return 0
+
+
+def _cmd_eval(a) -> int:
+    import torch
+
+    from .eval import frontier, harness
+    what = a.what or "study"
+    if getattr(a, "threads", None):
+        torch.set_num_threads(a.threads)  # on a shared CPU, 1 thread is often fastest
+    progress = not getattr(a, "quiet", False)
+    if what == "frontier":
+        harness.stop_on_sigterm()  # a stopped frontier still writes its partial report
+        frontier.run(options_from_args(a, FrontierOptions), progress=progress)
+        return 0
+    if what == "mini":
+        rep = harness.run_mini(options_from_args(a, MiniOptions), progress)
+        print(f"mini eval: {rep['counts']['records']} records -> "
+              f"{Path(a.out_dir) / rep['model']}/report.md")
+        return 0
+    return harness.run(options_from_args(a, StudyOptions) if a.what else StudyOptions(), progress)
 
 
 def _cmd_fit(a) -> int:
@@ -283,29 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "bench":
             from .tools.bench import run
             return run(options_from_args(a, BenchOptions))
-        if a.command == "eval" and a.what == "frontier":
-            import torch
-            from .eval.frontier import CHECKS, TASKS, run
-            from .eval.harness import stop_on_sigterm
-            stop_on_sigterm()  # a stopped frontier still writes its partial report
-            if a.threads:
-                torch.set_num_threads(a.threads)
-            out = a.out_dir if a.out_dir != Path("results") else Path("results/frontier")
-            run(a.models or list(SMALL), out_dir=out, samples=a.samples or 10,
-                docs=8 if a.docs is None else a.docs, lengths=a.lengths, tails=a.tails,
-                checks=a.checks or CHECKS, seed=a.seed or 0, device=a.device,
-                timing_units=a.timing_units, progress=not a.quiet,
-                loss_length=a.loss_length or 4096, cut=tuple(a.cut) if a.cut else None,
-                fills=tuple(a.fills or ("ridge", "identity")), keep=tuple(a.keep or ()),
-                tasks=tuple(a.tasks or TASKS),
-                instruments=tuple(a.instruments or ("needle", "loss")))
-            return 0
         if a.command == "eval":
-            from .eval.harness import run
-            return run(a.what, out_dir=a.out_dir, models_=a.models, device=a.device,
-                       threads=a.threads, quiet=a.quiet, samples=a.samples, docs=a.docs,
-                       lengths=a.lengths, tasks_=a.tasks, loss_length=a.loss_length,
-                       continuation=a.continuation, instruments=a.instruments, seed=a.seed)
+            return _cmd_eval(a)
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FetchError) as e:
         print(f"ridgefill {a.command}: error: {_flags_named(str(e))}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gpu.eval import minimodel
+from gpu.eval.options import FrontierOptions
 from gpu.tools.advise import (BUDGET, CONFIRM, HeldOutTexts, confirm_budget, held_out, keeps,
                               recommend)
 
@@ -136,12 +137,11 @@ def test_confirmation_maps_hold_every_kind_the_grid_reads(monkeypatch, tmp_path)
 
     seen = {}
     monkeypatch.setattr(advise, "ensure_maps", lambda *a, **k: seen.update(k) or {})
-    monkeypatch.setattr(advise.frontier, "frontier_config", lambda lm, **g: (
-        None, advise.frontier.Frontier(lm.n_layers, tails=tuple(g["tails"]), fills=g["fills"],
-                                       cut=g["cut"])))
+    monkeypatch.setattr(advise.frontier, "frontier_config", lambda lm, g: (
+        None, advise.frontier.Frontier(lm.n_layers, tails=g.tails, fills=g.fills, cut=g.cut)))
     lm = SimpleNamespace(name="m", n_layers=24)
-    grid = dict(samples=1, docs=1, lengths=[512], tails=(1, 96), seed=0, loss_length=256,
-                fills=("ridge",), checks=(), cut=advise.DIAGNOSTICS)
+    grid = FrontierOptions(samples=1, docs=1, lengths=(512,), tails=(1, 96), seed=0,
+                           loss_length=256, fills=("ridge",), checks=(), cut=advise.DIAGNOSTICS)
     _, arms, _ = advise.grid_arms_maps(lm, grid, tmp_path, "builtin", None, False)
     assert {"anchored@15/t1", "kv@16/t1"} <= set(arms)
     assert set(seen["kinds"]) == {"ridge", "anchored", "kv"}

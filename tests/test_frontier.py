@@ -5,6 +5,7 @@ dominating points, and the probe's first sweep charged in the MAC share."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from gpu.eval import frontier as fr
 from gpu.eval import minimodel
 from gpu.eval.frontier_report import dominating, verdict_64
 from gpu.eval.instruments import Arm, Session, probe_sweep_macs
+from gpu.eval.options import FrontierOptions
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +34,11 @@ def tiny(tmp_path_factory):
 
 
 def run_tiny(tiny, out, **kw):
-    opts = dict(samples=1, docs=1, lengths=[512], tails=[1, 96], seed=0, timing_units=1,
-                progress=False, loaded=tiny["loaded"], texts=minimodel.SyntheticTexts(),
-                fit_kw=FIT_KW, calib=tiny["calib"], loss_length=256)
-    opts.update(kw)
-    return fr.run([tiny["loaded"].name], out_dir=out, **opts)
+    opts = FrontierOptions(models=(tiny["loaded"].name,), out_dir=out, samples=1, docs=1,
+                           lengths=(512,), tails=(1, 96), seed=0, timing_units=1,
+                           loss_length=256)
+    return fr.run(replace(opts, **kw), progress=False, loaded=tiny["loaded"],
+                  texts=minimodel.SyntheticTexts(), fit_kw=FIT_KW, calib=tiny["calib"])
 
 
 def test_grid_of_a_30_layer_model():
@@ -99,7 +101,7 @@ def test_probe_arm_pays_its_first_sweep(tiny):
 
 def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     out = tmp_path / "frontier"
-    [s] = run_tiny(tiny, out, checks=[0.05])
+    [s] = run_tiny(tiny, out, checks=(0.05,))
     root = out / tiny["loaded"].name
     for f in ("frontier.md", "frontier.json", "frontier.png", "report.json", "records.jsonl",
               "timing.json"):
@@ -125,7 +127,7 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     assert chk["check_needles"]["overhead"] is not None and chk["vs_default_rows"]
     assert "Decode-time check" in md and "Which component" in md
     assert by["ridge@5/t1/splice-keys"]["vs_unspliced"]["retrieval"] is not None
-    [again] = run_tiny(tiny, out, checks=[0.05])
+    [again] = run_tiny(tiny, out, checks=(0.05,))
     assert again["rows"] == s["rows"]
     # the report written again from the journal alone (no maps, no run): the same numbers
     from gpu.eval.rereport import rereport
@@ -182,4 +184,4 @@ def test_one_instrument_at_a_time_then_the_whole_grid(tiny, tmp_path, monkeypatc
     assert not whole["partial"], whole["partial_reasons"]
     assert {r["arm"]: r for r in whole["rows"]}["ridge@5/t1"]["dnll_novel"] is not None
     with pytest.raises(ValueError, match="instruments"):
-        fr.frontier_config(tiny["loaded"], instruments=("speed",))
+        FrontierOptions(instruments=("speed",))

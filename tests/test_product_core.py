@@ -90,6 +90,32 @@ def test_bench_flags_are_bench_options():
         random_weights=True, compile=True, split=3, tail=4, device="cpu")
 
 
+@pytest.mark.parametrize("what", ["study", "mini", "frontier"])
+def test_eval_flags_are_eval_options(what):
+    """``ridgefill eval study|mini|frontier``'s flags are the fields of its options dataclass:
+    no flag is the dataclass's defaults, every field is reachable by its flag (a changed value
+    of each comes back), and the Makefile's frontier flags parse."""
+    from gpu.eval.options import FrontierOptions, MiniOptions, StudyOptions
+
+    cls = {"study": StudyOptions, "mini": MiniOptions, "frontier": FrontierOptions}[what]
+    parser = cli.build_parser()
+    assert cli.options_from_args(parser.parse_args(["eval", what]), cls) == cls()
+    sub = parser._subparsers._group_actions[0].choices["eval"]._subparsers._group_actions[0]
+    assert {f.name for f in fields(cls)} == {a.dest for a in sub.choices[what]._actions
+                                             if a.dest not in ("help", "threads", "quiet")}
+    given = {"models": ("m",), "out_dir": Path("o"), "device": "cpu", "samples": 3, "docs": 2,
+             "lengths": (512,), "tasks": ("niah_single_1",), "loss_length": 256,
+             "continuation": 5, "instruments": ("needle",), "seed": 7, "tails": (1, 96),
+             "fills": ("kv",), "cut": ("x*",), "keep": ("y*",), "checks": (0.25,),
+             "timing_units": 0}
+    argv = ["eval", what]
+    for f in fields(cls):
+        v = given[f.name]
+        argv += [cli.flag(f.name), *map(str, v if isinstance(v, tuple) else (v,))]
+    want = cls(**{f.name: given[f.name] for f in fields(cls)})
+    assert cli.options_from_args(parser.parse_args(argv), cls) == want
+
+
 def test_cli_without_prefill_flags_is_the_default_config():
     a = cli.build_parser().parse_args(["generate", "--prompt", "x"])
     assert cli.settings_from_args(a) == {}

@@ -176,6 +176,12 @@ class PrefillConfig:
         return self if split == self.split else replace(self, split=split)
 
 
+def option(default, help: str, **meta):
+    """A field of a frozen options dataclass whose command-line flag gpu.cli generates (its
+    help and, in ``meta``, e.g. its choices), as PrefillConfig's fields carry theirs."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
 def kind_of(maps, kind: str):
     """The map set of ``kind`` among ``maps`` (one set, or {kind: set}), or the error that
     says how to fit it."""

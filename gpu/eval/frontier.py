@@ -43,17 +43,13 @@ from . import harness as ev
 from .frontier_report import summarize, write as write_summary
 from .grid import EvalConfig, depth, preset_for
 from .instruments import Arm, Session
+from .options import TAILS, FrontierOptions
 from .report import MARGIN_POP
 from .shard import Shard
 from .timing import time_arms
 from .units import CorpusTexts, needle_units, sig
 
 FRACTIONS = (1 / 4, 3 / 8, 1 / 2, 5 / 8)
-TAILS = (1, 512, 1024)
-TASKS = ("niah_single_1", "niah_multikey_1")
-# decode-time check thresholds (paper I.4): the bound on the attention a filled row receives,
-# summed over the late layers' heads; 0.5 repaired the needle on a smollm2 smoke sample, 2 not
-CHECKS = (0.5,)
 LENGTHS = {"gemma3-270m": (4096, 8192)}  # filled-region needles (issue 20); others: 2K, 4K
 # gemma3's 4K/8K prompts cost about 3x smollm2's per run: arms left out to fit ~3 hours
 # The Qwen2.5-Coder models cost 4x (0.5B) and 12x (1.5B) smollm2's prefill on 2 CPU cores (a 2K
@@ -202,25 +198,16 @@ class Frontier:
         return [(a, self.pop_native, MARGIN_POP) for a, _ in self.pairs(arms)]
 
 
-def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
-                    lengths: tuple[int, ...] | None = None, loss_length: int = 4096,
-                    tails: tuple[int, ...] = TAILS, seed: int = 0,
-                    fills: tuple[str, ...] = ("ridge", "identity"),
-                    checks: tuple[float, ...] = (),
-                    cut: tuple[str, ...] | None = None, keep: tuple[str, ...] = (),
-                    tasks: tuple[str, ...] = TASKS,
-                    instruments: tuple[str, ...] = ("needle", "loss"),
-                    ) -> tuple[EvalConfig, Frontier]:
-    """(the harness's grid, the frontier) of a loaded model, sized like the selector study:
-    ``samples`` per task and length (two tasks, two lengths: 40), ``docs`` documents;
-    ``cut``: arm-name patterns left out (default: the model's entry in CUTS);
-    ``instruments``: which to run now (the journal keeps both; the report shows what it holds)."""
-    if not instruments or set(instruments) - {"needle", "loss"}:
-        raise ValueError(f"instruments {instruments}: choose from 'needle' and 'loss'")
+def frontier_config(loaded, o: FrontierOptions) -> tuple[EvalConfig, Frontier]:
+    """(the harness's grid, the frontier) of a loaded model under ``o``: ``samples`` per task
+    and length (two tasks, two lengths: 40), ``docs`` documents; ``cut``: arm-name patterns
+    left out (default: the model's entry in CUTS); ``instruments``: which to run now (the
+    journal keeps both; the report shows what it holds)."""
     preset = preset_for(loaded)
-    fr = Frontier(loaded.n_layers, tails=tuple(sorted(tails)), fills=fills, checks=checks,
-                  cut=cut if cut is not None else CUTS.get(loaded.name, ()), keep=keep)
-    lengths = tuple(lengths or LENGTHS.get(loaded.name, (2048, 4096)))
+    fr = Frontier(loaded.n_layers, tails=tuple(sorted(o.tails)), fills=o.fills, checks=o.checks,
+                  cut=o.cut if o.cut is not None else CUTS.get(loaded.name, ()), keep=o.keep)
+    lengths = tuple(o.lengths or LENGTHS.get(loaded.name, (2048, 4096)))
+    samples, docs, loss_length = o.samples, o.docs, o.loss_length
     # maps only where the grid's arms run (before ``keep``: a narrower rerun reuses its maps)
     used = {a.split for a in replace(fr, keep=()).arms() if a.split is not None}
     primary = fr.primary if fr.primary in used else min(used)
@@ -231,11 +218,11 @@ def frontier_config(loaded, *, samples: int = 10, docs: int = 8,
                          f"the scored stretch) and shorter than the documents ({loss_length}); "
                          "pass other --tails or --loss-length")
     cfg = replace(preset, splits=(primary, *rest), tail=tail,
-                  needles={n: tuple(tasks) for n in lengths}, samples=samples, docs=docs,
-                  loss_length=loss_length, seed=seed,
+                  needles={n: tuple(o.tasks) for n in lengths}, samples=samples, docs=docs,
+                  loss_length=loss_length, seed=o.seed,
                   score_tokens=min(preset.score_tokens, tail // 2),
                   instruments=tuple(i for i in ("needle", "loss")
-                                    if i in instruments and (i == "needle" or docs)),
+                                    if i in o.instruments and (i == "needle" or docs)),
                   minimum={"samples": samples, "docs": docs, "domains": min(4, docs)})
     return cfg, fr
 
@@ -263,34 +250,25 @@ def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int
     return out
 
 
-def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: int = 10,
-        docs: int = 8, lengths: list[int] | None = None, tails: list[int] | None = None,
-        checks: list[float] | None = CHECKS, seed: int = 0, device: str | None = None,
-        timing_units: int = 1, progress: bool = True, loaded=None, texts=None,
-        fit_kw: dict | None = None, calib: str = "builtin", loss_length: int = 4096,
-        fills: tuple[str, ...] = ("ridge", "identity"),
-        cut: tuple[str, ...] | None = None, keep: tuple[str, ...] = (),
-        tasks: tuple[str, ...] = TASKS,
-        instruments: tuple[str, ...] = ("needle", "loss")) -> list[dict]:
-    """``ridgefill eval frontier``: each model's grid (resumable), its timing and summary.
-    ``loaded`` / ``texts`` / ``fit_kw`` / ``calib``: a model, texts and fit settings other
-    than the built-in ones (the tests' tiny model, the advisor). Returns the summaries (rank 0)."""
+def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
+        fit_kw: dict | None = None, calib: str = "builtin") -> list[dict]:
+    """``ridgefill eval frontier``: each of ``o.models``' grid (resumable), its timing and
+    summary. ``loaded`` / ``texts`` / ``fit_kw`` / ``calib``: a model, texts and fit settings
+    other than the built-in ones (the tests' tiny model, the advisor). Returns the summaries
+    (rank 0)."""
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval frontier"
     shard, out = Shard.from_env(), []
-    for name in names:
-        lm = loaded if loaded is not None else models.load(name, device=device)
-        cfg, fr = frontier_config(lm, samples=samples, docs=docs, lengths=lengths,
-                                  tails=tuple(tails or TAILS), seed=seed, loss_length=loss_length,
-                                  fills=fills, checks=tuple(checks or ()), cut=cut,
-                                  keep=keep, tasks=tasks, instruments=instruments)
+    for name in o.models:
+        lm = loaded if loaded is not None else models.load(name, device=o.device)
+        cfg, fr = frontier_config(lm, o)
         arms = fr.arms()
         # the grid with every instrument: a run of one of them reports itself partial
-        whole = replace(cfg, instruments=("needle", "loss") if docs else ("needle",))
-        root = out_dir / lm.name
+        whole = replace(cfg, instruments=("needle", "loss") if o.docs else ("needle",))
+        root = o.out_dir / lm.name
         maps = ev.ensure_maps(lm, cfg, root, calib, progress, kinds=fr.kinds, **(fit_kw or {}))
         texts = texts or CorpusTexts()
         try:
-            rep = ev.evaluate_model(lm, cfg, out_dir, texts, maps=maps,
+            rep = ev.evaluate_model(lm, cfg, o.out_dir, texts, maps=maps,
                                     command=command, progress=progress, arms=arms, shard=shard,
                                     pairs=fr.pairs(arms) + fr.fill_pairs(arms)
                                     + fr.check_pairs(arms) + fr.component_pairs(arms),
@@ -299,15 +277,15 @@ def run(names: list[str], *, out_dir: Path = Path("results/frontier"), samples: 
             if shard.rank == 0 and (root / "report.json").is_file():
                 partial = json.loads((root / "report.json").read_text())
                 write_summary(root, summarize(partial, fr, arms, {},
-                                              {"command": command, "seed": seed}))
+                                              {"command": command, "seed": o.seed}))
                 print(f"stopped: partial frontier -> {root}/frontier.md (rerun to resume)",
                       file=sys.stderr)
             raise
         if rep is None:  # a rank other than 0: rank 0 merged the shares
             continue
-        timing = (timed(lm, cfg, maps, arms, root, timing_units, texts, progress)
-                  if timing_units else {})
-        summ = summarize(rep, fr, arms, timing, {"command": command, "seed": seed})
+        timing = (timed(lm, cfg, maps, arms, root, o.timing_units, texts, progress)
+                  if o.timing_units else {})
+        summ = summarize(rep, fr, arms, timing, {"command": command, "seed": o.seed})
         write_summary(root, summ)
         print(f"{lm.name}: {rep['counts']['records']} records{' (PARTIAL)' if summ['partial'] else ''}"
               f" -> {root}/frontier.md")

@@ -49,6 +49,7 @@ from .decode_check import checked_loss
 from .journal import Journal
 from .shard import Shard, SharedJournal, merged_records
 from .loss_masks import novel_token_mask
+from .options import MiniOptions, StudyOptions
 from .units import CorpusTexts, Unit, doc_units, needle_units, sig
 
 # ----------------------------------------------------------------------------- running
@@ -298,13 +299,14 @@ def _report(loaded, cfg, root, needles, docs, arms, sess, maps, fingerprint, sta
 
 
 # ----------------------------------------------------------------------------- mini
-def run_mini(out_dir: Path, progress: bool = True, device: str | None = "cpu") -> dict:
-    """Every instrument once on a tiny random Llama (see gpu.eval.minimodel), fp32."""
+def run_mini(o: MiniOptions, progress: bool = True) -> dict:
+    """``ridgefill eval mini``: every instrument once on a tiny random Llama (see
+    gpu.eval.minimodel), fp32."""
     from . import minimodel
 
-    root = out_dir
+    root = Path(o.out_dir)
     model_dir = minimodel.build(root / "tiny-llama")
-    loaded = models.load(str(model_dir), device=device or "cpu", dtype=torch.float32)
+    loaded = models.load(str(model_dir), device=o.device or "cpu", dtype=torch.float32)
     texts = minimodel.SyntheticTexts()
     calib = minimodel.write_calibration(root / "calib")
     cfg = EvalConfig(loaded.name, (3, 4), 160, {512: tasks.TASKS}, samples=1, docs=2,
@@ -318,31 +320,28 @@ def run_mini(out_dir: Path, progress: bool = True, device: str | None = "cpu") -
 
 
 # ----------------------------------------------------------------------------- CLI
-def _override(cfg: EvalConfig, samples: int | None = None, docs: int | None = None,
-              lengths: list[int] | None = None, tasks_: list[str] | None = None,
-              loss_length: int | None = None, continuation: int | None = None,
-              instruments: list[str] | None = None, seed: int | None = None) -> EvalConfig:
+def _override(cfg: EvalConfig, o: StudyOptions) -> EvalConfig:
     """The preset with the command line's overrides (None: keep the preset's value)."""
     kw = {}
-    if samples:
-        kw["samples"] = samples
-    if docs is not None:
-        kw["docs"] = docs
-    if lengths:
-        keep = {n: t for n, t in cfg.needles.items() if n in lengths}
-        kw["needles"] = keep or {n: tasks.TASKS for n in lengths}
-    if tasks_:
+    if o.samples:
+        kw["samples"] = o.samples
+    if o.docs is not None:
+        kw["docs"] = o.docs
+    if o.lengths:
+        keep = {n: t for n, t in cfg.needles.items() if n in o.lengths}
+        kw["needles"] = keep or {n: tasks.TASKS for n in o.lengths}
+    if o.tasks:
         base = kw.get("needles", cfg.needles)
-        kw["needles"] = {n: tuple(t for t in ts if t in tasks_) for n, ts in base.items()}
+        kw["needles"] = {n: tuple(t for t in ts if t in o.tasks) for n, ts in base.items()}
         kw["needles"] = {n: ts for n, ts in kw["needles"].items() if ts}
-    if loss_length:
-        kw["loss_length"] = loss_length
-    if continuation is not None:
-        kw["continuation"] = continuation
-    if instruments:
-        kw["instruments"] = tuple(instruments)
-    if seed is not None:
-        kw["seed"] = seed
+    if o.loss_length:
+        kw["loss_length"] = o.loss_length
+    if o.continuation is not None:
+        kw["continuation"] = o.continuation
+    if o.instruments:
+        kw["instruments"] = tuple(o.instruments)
+    if o.seed is not None:
+        kw["seed"] = o.seed
     return replace(cfg, **kw)
 
 
@@ -357,32 +356,17 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminate)
 
 
-def run(what: str = "study", *, out_dir: Path = Path("results"), models_: list[str] | None = None,
-        device: str | None = None, threads: int | None = None, quiet: bool = False,
-        **overrides) -> int:
-    """``ridgefill eval study|mini``; ``overrides`` are :func:`_override`'s (samples, docs,
-    lengths, tasks_, loss_length, continuation, instruments, seed)."""
-    progress = not quiet
-    if threads:
-        torch.set_num_threads(threads)  # on a shared CPU, 1 thread is often fastest
+def run(o: StudyOptions, progress: bool = True) -> int:
+    """``ridgefill eval study``: each of ``o.models`` on its preset with ``o``'s overrides."""
     stop_on_sigterm()  # a killed run still records its session
-    if what == "mini":
-        out = Path(out_dir) if str(out_dir) != "results" else Path("out/eval-mini")
-        rep = run_mini(out, progress, device)
-        print(f"mini eval: {rep['counts']['records']} records -> {out / rep['model']}/report.md")
-        return 0
-    if what != "study":
-        raise ValueError(f"ridgefill eval {what!r}: choose 'study' or 'mini'")
-    names = models_ or list(models.SMALL)
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval study"
-    for name in names:
-        loaded = models.load(name, device=device)
+    for name in o.models:
+        loaded = models.load(name, device=o.device)
         preset = preset_for(loaded)
-        cfg = _override(preset, **overrides)
-        rep = evaluate_model(loaded, cfg, Path(out_dir), CorpusTexts(), command=command,
-                             progress=progress, preset=preset)
+        rep = evaluate_model(loaded, _override(preset, o), Path(o.out_dir), CorpusTexts(),
+                             command=command, progress=progress, preset=preset)
         if rep is None:  # a rank other than 0: rank 0 merged the shares and reported
             continue
         print(f"{name}: {rep['counts']['records']} records"
-              f"{' (PARTIAL)' if rep['partial'] else ''} -> {Path(out_dir) / name}/report.md")
+              f"{' (PARTIAL)' if rep['partial'] else ''} -> {Path(o.out_dir) / name}/report.md")
     return 0

@@ -35,6 +35,7 @@ from ..core.config import PrefillConfig
 from ..core.engine import Engine
 from ..data import corpus
 from ..eval import frontier
+from ..eval.options import FrontierOptions
 from ..eval.frontier_report import interval, plot
 from ..eval.harness import ensure_maps, evaluate_model
 from ..eval.instruments import Arm
@@ -99,11 +100,11 @@ def keeps(row: dict, budget: dict) -> bool:
     return row["vs_exact"]["estimate"] >= -budget["retrieval"] and (key is None or key <= budget["key"])
 
 
-def grid_arms_maps(lm, grid: dict, out_dir: Path, calib: str, fit_kw: dict | None,
+def grid_arms_maps(lm, grid: FrontierOptions, out_dir: Path, calib: str, fit_kw: dict | None,
                    progress: bool) -> tuple:
     """(the frontier's harness config, its arms by name, its maps) of the advisor's ``grid``:
     what the confirmation and the rerun start from."""
-    cfg, fr = frontier.frontier_config(lm, **grid)
+    cfg, fr = frontier.frontier_config(lm, grid)
     maps = ensure_maps(lm, cfg, out_dir / lm.name, calib, progress, kinds=fr.kinds,
                        **(fit_kw or {}))
     return cfg, {a.name: a for a in fr.arms()}, maps
@@ -121,7 +122,7 @@ def beside_exact(lm, cfg, where: Path, texts, maps, arm: Arm, budget: dict,
             "documents": rep["counts"]["documents"], "keeps_budget": keeps(row, budget)}
 
 
-def confirm(lm, candidates: list[dict], budget: dict, grid: dict, out_dir: Path, texts,
+def confirm(lm, candidates: list[dict], budget: dict, grid: FrontierOptions, out_dir: Path, texts,
             calib: str, fit_kw: dict | None, progress: bool, samples: int = CONFIRM["samples"],
             docs: int = CONFIRM["docs"], tries: int = CONFIRM["tries"]) -> dict[str, dict]:
     """The rule's second step: the configurations that kept the budget on the frontier
@@ -130,7 +131,7 @@ def confirm(lm, candidates: list[dict], budget: dict, grid: dict, out_dir: Path,
     keeps the budget with its retrieval allowance scaled by CONFIRM['margin'] or ``tries``
     have been run. Written to ``<out>/confirm/<model>`` (resumable)."""
     cfg, by_name, maps = grid_arms_maps(lm, grid, out_dir, calib, fit_kw, progress)
-    cfg = replace(cfg, seed=grid["seed"] + CONFIRM["seed_offset"], samples=samples, docs=docs,
+    cfg = replace(cfg, seed=grid.seed + CONFIRM["seed_offset"], samples=samples, docs=docs,
                   instruments=("needle", "loss") if docs else ("needle",),
                   minimum={"samples": samples, "docs": docs, "domains": min(4, docs)})
     done: dict[str, dict] = {}
@@ -148,7 +149,7 @@ def confirm_budget(budget: dict) -> dict:
     return {**budget, "retrieval": budget["retrieval"] * CONFIRM["margin"]}
 
 
-def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: str,
+def verify(lm, arm_name: str, budget: dict, grid: FrontierOptions, out_dir: Path, calib: str,
            fit_kw: dict | None, progress: bool, seed: int | None = None,
            samples: int | None = None, docs: int | None = None) -> dict:
     """Issue 20's target: the recommendation rerun beside exact on samples the advisor never
@@ -157,10 +158,10 @@ def verify(lm, arm_name: str, budget: dict, grid: dict, out_dir: Path, calib: st
     default the advisor's own; at 4 samples per cell a needle is 6.25 points, coarser than
     a 5-point budget, so a larger rerun resolves it. Written to ``<out>/verify`` (the next
     seed) or ``<out>/verify-seed<S>``."""
-    seed = grid["seed"] + 1 if seed is None else seed
+    seed = grid.seed + 1 if seed is None else seed
     cfg, by_name, maps = grid_arms_maps(lm, grid, out_dir, calib, fit_kw, progress)
     size = {k: v for k, v in (("samples", samples), ("docs", docs)) if v is not None}
-    where = out_dir / ("verify" if seed == grid["seed"] + 1 else f"verify-seed{seed}")
+    where = out_dir / ("verify" if seed == grid.seed + 1 else f"verify-seed{seed}")
     row = beside_exact(lm, replace(cfg, seed=seed, **size), where, CorpusTexts(), maps,
                        by_name[arm_name], budget, progress)
     return {**row, "texts": "builtin eval role"}
@@ -257,12 +258,13 @@ def run(model: str, opts: AdviseOptions = AdviseOptions(), *, device: str | None
     tails = o.tails
     exact_ok = fill_off_is_exact(lm)
     texts = held_out(calib, (fit_kw or {}).get("heldout_docs", 2), seed)
-    grid = dict(samples=samples, docs=docs, lengths=lengths, tails=tuple(tails),
-                seed=seed, loss_length=loss_length or min(lengths), fills=("ridge",),
-                checks=(), cut=DIAGNOSTICS)  # prefill configurations only
-    [summary] = frontier.run([lm.name], out_dir=out_dir, timing_units=o.timing_units,
-                             progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
-                             calib=calib, **grid)
+    grid = FrontierOptions(models=(lm.name,), out_dir=out_dir, samples=samples, docs=docs,
+                           lengths=tuple(lengths), tails=tuple(tails), seed=seed,
+                           loss_length=loss_length or min(lengths), fills=("ridge",),
+                           checks=(), cut=DIAGNOSTICS,  # prefill configurations only
+                           timing_units=o.timing_units)
+    [summary] = frontier.run(grid, progress=progress, loaded=lm, texts=texts, fit_kw=fit_kw,
+                             calib=calib)
     complete = measured_all(out_dir / lm.name / "report.json")
     confirmed = (confirm(lm, screened(summary, budget), budget, grid, out_dir, texts, calib,
                          fit_kw, progress, o.confirm_samples, o.confirm_docs, o.confirm_tries)

@@ -2,38 +2,35 @@
 flags are generated from (gpu.cli), kept free of torch so the CLI starts fast."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.config import option
 from ..core.models import SMALL
-
-
-def _opt(default, help: str):
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
 class BenchOptions:
     """What one ``ridgefill bench`` run times (paper section 2.5's ceilings beside it)."""
 
-    models: tuple[str, ...] = _opt(SMALL, "built-in names or local model folders")
-    lengths: tuple[int, ...] | None = _opt(None, "prompt lengths (default per model: "
+    models: tuple[str, ...] = option(SMALL, "built-in names or local model folders")
+    lengths: tuple[int, ...] | None = option(None, "prompt lengths (default per model: "
                                                  "gpu.tools.bench.SETTINGS)")
-    repeats: int = _opt(5, "alternating rounds after one warm-up of each arm")
-    split: int | None = _opt(None, "split of the study's speed configuration (default per "
+    repeats: int = option(5, "alternating rounds after one warm-up of each arm")
+    split: int | None = option(None, "split of the study's speed configuration (default per "
                                    "model); the advised configuration is timed beside it")
-    tail: int | None = _opt(None, "exact tail of that configuration (default per model)")
-    out_dir: Path = _opt(Path("results/bench"), "where bench.json and bench.png go (under "
+    tail: int | None = option(None, "exact tail of that configuration (default per model)")
+    out_dir: Path = option(Path("results/bench"), "where bench.json and bench.png go (under "
                                                "the device's name)")
-    device: str | None = _opt(None, "cpu or cuda (default: cuda when present)")
-    kernels: bool = _opt(False, "also the Numba-vs-NumPy kernels")
-    rows_probe: bool = _opt(True, "the exact-row cost (sigma) arms: three RidgeFill runs a "
+    device: str | None = option(None, "cpu or cuda (default: cuda when present)")
+    kernels: bool = option(False, "also the Numba-vs-NumPy kernels")
+    rows_probe: bool = option(True, "the exact-row cost (sigma) arms: three RidgeFill runs a "
                                   "round")
-    compile: bool = _opt(False, "also RidgeFill with the late walk under torch.compile "
+    compile: bool = option(False, "also RidgeFill with the late walk under torch.compile "
                                 "(gpu.core.compiled; its warm-up pays the compilation)")
-    other_order: bool = _opt(True, "the arm with the fill order the device's default does not "
+    other_order: bool = option(True, "the arm with the fill order the device's default does not "
                                    "use (batched on the CPU): one RidgeFill run a round")
-    resume: bool = _opt(False, "keep the records of OUT_DIR's bench.json measured with the "
+    resume: bool = option(False, "keep the records of OUT_DIR's bench.json measured with the "
                                "same settings and time only the rest")
-    random_weights: bool = _opt(False, "the built-in architectures with random weights "
+    random_weights: bool = option(False, "the built-in architectures with random weights "
                                        "(timing where the model packages are not installed)")
