@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpu.core.config import PrefillConfig
 from gpu.eval import grid
 from gpu.eval import units as eu
 from gpu.eval import harness as ev
@@ -238,7 +239,7 @@ def test_needle_answers_stop_once_every_value_is_found(mini):
     loaded, maps = mini["loaded"], mini["maps"]
     sess = ins.Session(loaded, maps)
     u = eu.needle_units(loaded.tokenizer, small_cfg(loaded), SyntheticTexts(), {})[0]
-    arm = ins.Arm("exact", "exact")
+    arm = ins.Arm("exact", PrefillConfig(fill="exact"))
     pre = sess.prefill(arm, u.prompt)
     free = sess.engine(None).decode(pre, 12, loaded.tokenizer.eos_token_id)
     text = loaded.tokenizer.decode(free, skip_special_tokens=True)
@@ -382,9 +383,10 @@ def test_custom_arms_for_a_selector_study(mini, tmp_path):
     each followed by controls that name it in ``of``."""
     loaded, maps = mini["loaded"], mini["maps"]
     cfg = small_cfg(loaded, instruments=("needle",))
-    sel = ins.Arm("ridge+attn5@3", "ridge", 3, 160, "attention", options=(("share", 0.05),))
-    arms = [ins.Arm("exact", "exact"), ins.Arm("ridge@3", "ridge", 3, 160), sel,
-            ins.Arm("ridge+attn5@3/random", "ridge", 3, 160, "attention", control="random",
+    ridge = PrefillConfig(fill="ridge", split=3, tail=160, rows="none")
+    sel = ins.Arm("ridge+attn5@3", ridge.replace(rows="attention", selector_options={"share": 0.05}))
+    arms = [ins.Arm("exact", PrefillConfig(fill="exact")), ins.Arm("ridge@3", ridge), sel,
+            ins.Arm("ridge+attn5@3/random", ridge.replace(rows="attention"), control="random",
                     of=sel.name)]
     rep = ev.evaluate_model(loaded, cfg, tmp_path, SyntheticTexts(), maps=maps, arms=arms,
                             progress=False)

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from gpu.core.config import PrefillConfig
 from gpu.core import models
 from gpu.eval import frontier as fr
 from gpu.eval import minimodel
@@ -55,7 +56,7 @@ def test_grid_of_a_30_layer_model():
             "kv.identity-values@19/t1"} <= set(names)
     assert f.kinds == ("ridge", "anchored", "kv")
     kv = next(a for a in f.arms() if a.name == "identity.kv-values@19/t1")
-    assert (kv.fill, kv.values_fill, kv.config().map_kinds) == ("identity", "kv", ("kv",))
+    assert (kv.fill, kv.values_fill, kv.config.map_kinds) == ("identity", "kv", ("kv",))
     assert {"ridge@19/t1/splice-keys", "ridge@19/t1/splice-values"} <= set(names)
     # the fills against each other at 1/2, 5/8 and POP's split (identity at POP's is POP native)
     fp = f.fill_pairs(f.arms())
@@ -82,8 +83,8 @@ def test_dominating_points_and_verdict():
 
 def test_probe_arm_pays_its_first_sweep(tiny):
     sess = Session(tiny["loaded"], {})
-    probe = Arm("p", "identity", 3, 16, "probe")
-    plain = Arm("i", "identity", 3, 16)
+    probe = Arm("p", PrefillConfig(fill="identity", split=3, tail=16, rows="probe"))
+    plain = Arm("i", PrefillConfig(fill="identity", split=3, tail=16, rows="none"))
 
     class Pre:  # the plan of a 200-token prompt with 20 exact prefix rows
         from gpu.core.plan import Plan
@@ -95,7 +96,8 @@ def test_probe_arm_pays_its_first_sweep(tiny):
     exact = cost.macs(sess.arch, 200, arm="exact")
     assert sess.macs_share(probe, Pre, 200) == pytest.approx(
         sess.macs_share(plain, Pre, 200) + sweep / exact)
-    control = Arm("c", "identity", 3, 16, "probe", control="random", of="p")
+    control = Arm("c", PrefillConfig(fill="identity", split=3, tail=16, rows="probe"),
+                  control="random", of="p")
     assert sess.macs_share(control, Pre, 200) == sess.macs_share(plain, Pre, 200)
 
 

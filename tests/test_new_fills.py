@@ -155,6 +155,7 @@ def test_kv_fill_runs_its_sink_rows_exact(monkeypatch):
 def test_kv_arms_are_keyed_apart_from_the_records_before_the_sink_rows():
     from gpu.eval.instruments import Arm
 
-    assert "sinks" in Arm("kv@3/t1", "kv", 3, 1).spec()
-    assert "sinks" in Arm("i.kv@3/t1", "identity", 3, 1, values_fill="kv").spec()
-    assert "sinks" not in Arm("ridge@3/t1", "ridge", 3, 1).spec()
+    at = PrefillConfig(split=3, tail=1, rows="none")
+    assert "sinks" in Arm("kv@3/t1", at.replace(fill="kv")).spec()
+    assert "sinks" in Arm("i.kv@3/t1", at.replace(fill="identity", values_fill="kv")).spec()
+    assert "sinks" not in Arm("ridge@3/t1", at.replace(fill="ridge")).spec()

@@ -27,6 +27,7 @@ WORKER = textwrap.dedent('''
     from gpu.core import models
     from gpu.eval import harness as ev, minimodel
     from gpu.eval.grid import EvalConfig
+    from gpu.core.config import PrefillConfig
     from gpu.eval.instruments import Arm
 
     torch.set_num_threads(1)
@@ -36,7 +37,9 @@ WORKER = textwrap.dedent('''
                      samples=2, docs=2, loss_length=256, score_tokens=24, continuation=2,
                      answer_tokens=3, calib_tokens=3000,
                      minimum={"samples": 2, "docs": 2, "domains": 2})
-    arms = [Arm("exact", "exact"), Arm("ridge@3", "ridge", 3, 96), Arm("pop@6", "identity", 6, 1)]
+    arms = [Arm("exact", PrefillConfig(fill="exact")),
+            Arm("ridge@3", PrefillConfig(fill="ridge", split=3, tail=96, rows="none")),
+            Arm("pop@6", PrefillConfig(fill="identity", split=6, tail=1, rows="none"))]
     fit_kw = {"lambdas": (1e-3,), "doc_tokens": 512, "heldout_docs": 1, "heldout_tokens": 256}
     rep = ev.evaluate_model(loaded, cfg, root / "out", minimodel.SyntheticTexts(), arms=arms,
                             progress=False, fit_kw=fit_kw, calib=str(root / "calib"))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpu.core.config import PrefillConfig
 from gpu.eval import timing
 from gpu.eval.instruments import Arm
 
@@ -34,8 +35,10 @@ class FakeSession:
 
 
 def test_arms_alternate_after_a_warm_up_and_keep_their_best_round(monkeypatch):
-    arms = [Arm("exact", "exact"), Arm("a", "identity", 2, 1), Arm("b", "identity", 3, 1),
-            Arm("b/random", "identity", 3, 1, control="random", of="b")]
+    at = PrefillConfig(fill="identity", tail=1, rows="none")
+    arms = [Arm("exact", PrefillConfig(fill="exact")), Arm("a", at.replace(split=2)),
+            Arm("b", at.replace(split=3)), Arm("b/random", at.replace(split=3), control="random",
+                                                of="b")]
     # warm-up 9 s, round 1: exact 4, a 3, b 5; round 2: exact 2, a 6, b 1
     sess = FakeSession([9.0, 4.0, 3.0, 5.0, 2.0, 6.0, 1.0])
     monkeypatch.setattr(timing.time, "perf_counter", sess.now)

@@ -149,7 +149,7 @@ def checked_loss(sess, arm, prompt: Prompt, start: int, continuation: list[int],
     head = Prompt(prompt.ids[:, :start], prompt.text, prompt.spans[:start], prompt.pieces[:start],
                   prompt.special[prompt.special < start], start)
     pre = sess.prefill(arm, head, count=count, seed=seed)
-    feeder = CheckedFeeder(sess.engine(arm.split), pre, head, arm.config(), arm.check)
+    feeder = CheckedFeeder(sess.engine(arm.split), pre, head, arm.prefill_config(), arm.check)
     ids = prompt.ids[0].tolist()
     logits = [pre.last_logits]
     for t in ids[start:] + continuation[:-1]:

@@ -38,7 +38,7 @@ import torch
 from rfmodel.atomic import write_json
 
 from ..core import models
-from ..core.config import DEFAULT_ROWS, RESCALES, pop_split
+from ..core.config import DEFAULT_ROWS, RESCALES, PrefillConfig, pop_split
 from . import harness as ev
 from .frontier_report import summarize, write as write_summary
 from .grid import EvalConfig, depth, preset_for
@@ -117,7 +117,7 @@ class Frontier:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The map kinds the grid's arms read (gpu.maps.files.KINDS)."""
-        used = {k for a in self.arms() if a.fill != "exact" for k in a.config().map_kinds}
+        used = {k for a in self.arms() if a.fill != "exact" for k in a.config.map_kinds}
         return tuple(k for k in ("ridge", "anchored", "kv") if k in used)
 
     @property
@@ -136,31 +136,34 @@ class Frontier:
     def arms(self) -> list[Arm]:
         """exact, POP native, then every split x fill x tail x rows arm, the rescales and the
         checks; an arm named by a ``cut`` pattern is left out (never exact or POP native)."""
-        out = [Arm("exact", "exact", label="exact"),
-               Arm(self.pop_native, "identity", self.pop, 1, label="POP native")]
+        def at(fill: str, split: int, tail: int, rows: str = "none", **more) -> PrefillConfig:
+            return PrefillConfig(fill=fill, split=split, tail=tail, rows=rows, **more)
+
+        out = [Arm("exact", PrefillConfig(fill="exact"), label="exact"),
+               Arm(self.pop_native, at("identity", self.pop, 1), label="POP native")]
         for s in self.splits:
             for fill in self.fills:
                 for t in self.tails:
                     for rows in self.rows:
                         if (fill, s, t, rows) == ("identity", self.pop, 1, "none"):
                             continue  # POP native itself
-                        out.append(Arm(arm_name(fill, s, t, rows), fill, s, t, rows,
+                        out.append(Arm(arm_name(fill, s, t, rows), at(fill, s, t, rows),
                                        label=f"{fill}, split {s}, tail {t}, rows {rows}"))
         t1 = min(self.tails)
         for s in sorted({self.half, self.deep, self.pop}):
-            out += [Arm(arm_name(f, s, t1), f, s, t1, label=f"{f}, split {s}, tail {t1}")
+            out += [Arm(arm_name(f, s, t1), at(f, s, t1), label=f"{f}, split {s}, tail {t1}")
                     for f in self.beyond]
-            out += [Arm(arm_name(k, s, t1, values=v), k, s, t1, values_fill=v,
+            out += [Arm(arm_name(k, s, t1, values=v), at(k, s, t1, values_fill=v),
                         label=f"keys {k}, values {v}, split {s}, tail {t1}")
                     for k, v in self.sources]
         p, t = self.primary, self.mid_tail
-        out += [Arm(f"{arm_name('ridge', p, t)}/rescale-{w}", "ridge", p, t, rescale=w,
+        out += [Arm(f"{arm_name('ridge', p, t)}/rescale-{w}", at("ridge", p, t, rescale=w),
                     label=f"ridge, split {p}, tail {t}, {w} rescaled") for w in RESCALES]
         h = self.headline
-        out += [Arm(f"{h}/splice-{w}", "ridge", self.deep, min(self.tails), splice=w,
-                    label=f"ridge, split {self.deep}, tail {min(self.tails)}, exact {w}")
+        out += [Arm(f"{h}/splice-{w}", at("ridge", self.deep, t1), splice=w,
+                    label=f"ridge, split {self.deep}, tail {t1}, exact {w}")
                 for w in ("keys", "values")]
-        out += [Arm(f"{arm_name('ridge', self.deep, t)}/check-{c:g}", "ridge", self.deep, t,
+        out += [Arm(f"{arm_name('ridge', self.deep, t)}/check-{c:g}", at("ridge", self.deep, t),
                     check=c, label=f"ridge, split {self.deep}, tail {t}, decode check {c:g}")
                 for c in self.checks]
         keep = [k.format(half=self.half, deep=self.deep, pop=self.pop) for k in self.keep]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..core.config import pop_split
+from ..core.config import PrefillConfig, pop_split
 from ..core.extras import SPLICES
 from . import tasks
 from .instruments import Arm
@@ -75,23 +75,25 @@ def study_arms(cfg: EvalConfig, n_layers: int) -> list[Arm]:
     controls that copy its count)."""
     S, T = cfg.splits[0], cfg.tail
     pop = pop_split(n_layers)
-    arms = [Arm("exact", "exact", label="exact"),
-            Arm(f"nofill@{S}", "none", S, T, label="no fill"),
-            Arm(f"identity@{S}", "identity", S, T, label="identity (POP's fill)"),
-            Arm(f"pop@{pop}", "identity", pop, 1, label="POP native"),
-            Arm(f"ridge@{S}", "ridge", S, T, label="RidgeFill")]
+    def at(fill: str, split: int, tail: int = T, rows: str = "none") -> PrefillConfig:
+        return PrefillConfig(fill=fill, split=split, tail=tail, rows=rows)
+
+    arms = [Arm("exact", PrefillConfig(fill="exact"), label="exact"),
+            Arm(f"nofill@{S}", at("none", S), label="no fill"),
+            Arm(f"identity@{S}", at("identity", S), label="identity (POP's fill)"),
+            Arm(f"pop@{pop}", at("identity", pop, 1), label="POP native"),
+            Arm(f"ridge@{S}", at("ridge", S), label="RidgeFill")]
     for rows, what in (("attention", "attention rows"), ("probe", "probe rows")):
-        base = f"ridge+{rows}@{S}"
-        arms += [Arm(base, "ridge", S, T, rows, label=f"RidgeFill + {what}"),
-                 Arm(f"{base}/random", "ridge", S, T, rows, control="random", of=base,
+        base, sel = f"ridge+{rows}@{S}", at("ridge", S, rows=rows)
+        arms += [Arm(base, sel, label=f"RidgeFill + {what}"),
+                 Arm(f"{base}/random", sel, control="random", of=base,
                      label=f"  control: random rows, count of {what}"),
-                 Arm(f"{base}/tail", "ridge", S, T, rows, control="tail", of=base,
+                 Arm(f"{base}/tail", sel, control="tail", of=base,
                      label="  control: same count added to the tail"),
-                 Arm(f"{base}/blind", "ridge", S, T, rows, blind=True,
-                     label=f"  control: {what}, question hidden")]
-    arms += [Arm(f"ridge@{S}/splice-{w}", "ridge", S, T, splice=w, label=f"RidgeFill, exact {w}")
+                 Arm(f"{base}/blind", sel, blind=True, label=f"  control: {what}, question hidden")]
+    arms += [Arm(f"ridge@{S}/splice-{w}", at("ridge", S), splice=w, label=f"RidgeFill, exact {w}")
              for w in SPLICES]
     for s in cfg.splits[1:]:
-        arms += [Arm(f"identity@{s}", "identity", s, T, label="identity (POP's fill)"),
-                 Arm(f"ridge@{s}", "ridge", s, T, label="RidgeFill")]
+        arms += [Arm(f"identity@{s}", at("identity", s), label="identity (POP's fill)"),
+                 Arm(f"ridge@{s}", at("ridge", s), label="RidgeFill")]
     return arms

@@ -232,7 +232,7 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
     arms = arms if arms is not None else study_arms(cfg, loaded.n_layers)
     sess = Session(loaded, maps, lower_splits={a.split for a in arms if a.split is not None})
     if arms[0].fill != "exact" or arms[0].name != "exact":
-        raise ValueError("the first arm must be Arm('exact', 'exact'): every measure is "
+        raise ValueError("the first arm must be Arm('exact', PrefillConfig(fill='exact')): every measure is "
                          "paired with it")
     stats: dict = {}
     needles = needle_units(loaded.tokenizer, cfg, texts, stats) if "needle" in cfg.instruments else []

@@ -56,45 +56,60 @@ def cost_arm(fill: str, values_fill: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Arm:
-    """One configuration of the late layers; ``name`` is unique within a study."""
+    """One configuration of the late layers (paper Table 3); ``name`` is unique within a study.
+
+    ``config`` is the arm's prefill (a control's ``rows`` name the selector whose count it
+    copies; its own prefill takes rows at random or from the tail instead); the other fields
+    are what only the study adds: a control, a blind selector, a splice, a decode-time check.
+    """
 
     name: str
-    fill: str                      # exact | ridge | identity | none
-    split: int | None = None
-    tail: int = 0
-    rows: str = "none"             # a gpu.core.select name (attention, probe, ...): exact rows
+    config: PrefillConfig
     blind: bool = False            # selector does not see the question (control, paper 6.5)
     control: str | None = None     # random | tail: count-matched to the selection of ``of``
     of: str | None = None
     splice: str | None = None      # keys | values | both, from the exact arm's cache
     label: str = ""
-    options: tuple = ()            # selector keyword options, e.g. (("share", 0.05),)
-    rescale: str | None = None     # values | keys: rescale the filled entries (paper 2.3)
     check: float | None = None     # decode-time check threshold (paper I.4; gpu.eval.decode_check)
-    values_fill: str | None = None # the filled rows' values from this fill (keys from ``fill``)
+
+    # the configuration's fields the harness reads (one home: ``config``)
+    fill = property(lambda self: self.config.fill)
+    split = property(lambda self: self.config.split)
+    tail = property(lambda self: self.config.tail)
+    rows = property(lambda self: self.config.rows)
+    options = property(lambda self: self.config.selector_options)
+    rescale = property(lambda self: self.config.rescale)
+    values_fill = property(lambda self: self.config.values_fill)
 
     @property
     def selects(self) -> bool:
         """True for an arm whose own selector picks exact rows (controls copy a count)."""
         return self.rows != "none" and self.control is None
 
-    def config(self, tail: int | None = None, blind: bool = False) -> PrefillConfig:
-        """This arm's prefill configuration (``tail`` overrides the arm's; ``blind`` hides the
-        question from the selector). Controls pass their own selector to the engine."""
+    def prefill_config(self, tail: int | None = None, blind: bool = False) -> PrefillConfig:
+        """The configuration one prefill of this arm runs (``tail`` overrides the arm's;
+        ``blind`` hides the question from the selector). Controls pass their own selector to
+        the engine, so their configuration selects nothing."""
         rows = "none" if self.control is not None else self.rows
         options = dict(self.options)
         if rows != "none" and (self.blind or blind):
             options["blind"] = True
-        return PrefillConfig(split=self.split, tail=self.tail if tail is None else tail,
-                             fill=self.fill, rows=rows, selector_options=options,
-                             rescale=self.rescale, values_fill=self.values_fill)
+        return self.config.replace(tail=self.tail if tail is None else tail, rows=rows,
+                                   selector_options=options)
 
     def spec(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k != "label"}
-        for k in ("options", "rescale", "check", "values_fill"):  # records of arms without them keep their keys
+        """What identifies the arm's records in a journal (the keys written since the first
+        study: an exact arm's tail is 0; options, rescale, check and values_fill only when set;
+        kv arms carry their sink rows, records from before them are stale)."""
+        d = {"name": self.name, "fill": self.fill, "split": self.split,
+             "tail": 0 if self.fill == "exact" else self.tail, "rows": self.rows,
+             "blind": self.blind, "control": self.control, "of": self.of, "splice": self.splice,
+             "options": self.options, "rescale": self.rescale, "check": self.check,
+             "values_fill": self.values_fill}
+        for k in ("options", "rescale", "check", "values_fill"):
             if not d[k]:
                 del d[k]
-        if "kv" in (self.fill, self.values_fill):  # kv records from before its sink rows: stale
+        if "kv" in (self.fill, self.values_fill):
             d["sinks"] = SINK_RATIO
         return d
 
@@ -153,7 +168,7 @@ class Session:
             selector = select.RandomRows(count=count, seed=seed % 2 ** 32)
         extras = Extras(splice=arm.splice, exact_cache=exact_cache if arm.splice else None,
                         selector=selector)
-        return self.engine(arm.split).prefill(prompt.ids, arm.config(T, window_blind), extras,
+        return self.engine(arm.split).prefill(prompt.ids, arm.prefill_config(T, window_blind), extras,
                                               prompt=prompt, logits_rows=keep)
 
     def macs_share(self, arm: Arm, pre: Prefill, n: int) -> float | None:
@@ -166,7 +181,7 @@ class Session:
         p = pre.plan
         c = cost.macs(self.arch, n, S=p.split, T=p.tail, E=int(p.exact_rows.size),
                       arm=cost_arm(arm.fill, arm.values_fill))
-        if arm.config().rows == "probe" and p.n_prefix >= 2:
+        if arm.prefill_config().rows == "probe" and p.n_prefix >= 2:
             window = dict(arm.options).get("probe_window", select.ProbeRows.probe_window)
             c += probe_sweep_macs(self.arch, p.n_prefix, p.split, min(window, n - p.n_prefix),
                                   _COST_ARM[arm.fill if arm.fill != "none" else "ridge"])
@@ -287,7 +302,7 @@ def checked_answer(sess: Session, arm: Arm, pre: Prefill, prompt: Prompt, max_ne
     plain = engine.decode(replace(pre, cache=copy.deepcopy(pre.cache)), max_new_tokens, eos,
                           stop=found)
     t1 = time.perf_counter()
-    feeder = CheckedFeeder(engine, pre, prompt, arm.config(), arm.check)
+    feeder = CheckedFeeder(engine, pre, prompt, arm.prefill_config(), arm.check)
     tokens = decode(feeder, pre.last_logits, max_new_tokens, eos, stop=found)
     t2 = time.perf_counter()
     rec["decode_seconds"] = t2 - t1

@@ -22,7 +22,7 @@ def _prefill_seconds(sess: Session, arm: Arm, prompt, count: int, seed: int,
     if selector is None:
         pre = sess.prefill(arm, prompt, count=count, seed=seed)
     else:
-        pre = sess.engine(arm.split).prefill(prompt.ids, arm.config(), Extras(selector=selector),
+        pre = sess.engine(arm.split).prefill(prompt.ids, arm.prefill_config(), Extras(selector=selector),
                                              prompt=prompt)
     int(pre.last_logits.argmax())
     return time.perf_counter() - t0, pre

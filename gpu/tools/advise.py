@@ -114,7 +114,8 @@ def beside_exact(lm, cfg, where: Path, texts, maps, arm: Arm, budget: dict,
                  progress: bool) -> dict:
     """``arm`` run beside exact on ``cfg``'s samples (a resumable journal in ``where``): its
     paired retrieval and key-token dNLL against exact, and whether they keep ``budget``."""
-    rep = evaluate_model(lm, cfg, where, texts, maps=maps, arms=[Arm("exact", "exact"), arm],
+    rep = evaluate_model(lm, cfg, where, texts, maps=maps,
+                         arms=[Arm("exact", PrefillConfig(fill="exact")), arm],
                          progress=progress, command="ridgefill " + " ".join(sys.argv[1:]))
     row = {"vs_exact": rep["needles"]["arms"][arm.name]["vs_exact"],
            "dnll_key": rep.get("documents", {}).get("arms", {}).get(arm.name, {}).get("dnll_key")}

@@ -41,6 +41,7 @@ from rfmodel.atomic import write_json, write_text
 from ..eval import harness as ev
 from ..core import models
 from ..eval.grid import EvalConfig, preset_for
+from ..core.config import PrefillConfig
 from ..eval.instruments import Arm, Session
 from ..eval.timing import time_arms
 from ..eval.units import CorpusTexts, needle_units
@@ -61,19 +62,20 @@ def arms_for(split: int, tail: int, controls: tuple[str, ...] = ("lexical", "com
              selectors: tuple[str, ...] = tuple(SELECTORS)) -> list[Arm]:
     """exact, RidgeFill alone, RidgeFill + each selector; the three controls beside each
     selector named in ``controls`` (the default candidates)."""
-    arms = [Arm("exact", "exact", label="exact"),
-            Arm(f"ridge@{split}", "ridge", split, tail, label="RidgeFill")]
+    arms = [Arm("exact", PrefillConfig(fill="exact"), label="exact"),
+            Arm(f"ridge@{split}", PrefillConfig(fill="ridge", split=split, tail=tail, rows="none"),
+                label="RidgeFill")]
     for name in selectors:
         rows, opts, what = SELECTORS[name]
         base = f"ridge+{name}@{split}"
-        arms.append(Arm(base, "ridge", split, tail, rows, options=opts,
-                        label=f"RidgeFill + {what}"))
+        sel = PrefillConfig(fill="ridge", split=split, tail=tail, rows=rows, selector_options=opts)
+        arms.append(Arm(base, sel, label=f"RidgeFill + {what}"))
         if name in controls:
-            arms += [Arm(f"{base}/random", "ridge", split, tail, rows, control="random", of=base,
-                         options=opts, label=f"  control: random rows, count of {name}"),
-                     Arm(f"{base}/tail", "ridge", split, tail, rows, control="tail", of=base,
-                         options=opts, label="  control: same count added to the tail"),
-                     Arm(f"{base}/blind", "ridge", split, tail, rows, blind=True, options=opts,
+            arms += [Arm(f"{base}/random", sel, control="random", of=base,
+                         label=f"  control: random rows, count of {name}"),
+                     Arm(f"{base}/tail", sel, control="tail", of=base,
+                         label="  control: same count added to the tail"),
+                     Arm(f"{base}/blind", sel, blind=True,
                          label=f"  control: {name} rows, question hidden")]
     return arms
 
