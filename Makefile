@@ -89,7 +89,7 @@ frontier-large: models
 # native and the ridge, anchored and kv fills at 5/8 depth and at POP's split, the identity fill
 # at 5/8 (one-token tail), and documents for the key-token contrasts (12; the 1.5B: 8);
 # resumable, smallest model first, into results/power/ (the 1.5B alone takes about 2 hours)
-POWER := --lengths 2048 --samples 60 --tails 1 1024 --threads 2 --timing-units 0 \
+POWER := --lengths 2048 --samples 68 --tails 1 1024 --threads 2 --timing-units 0 \
   --out-dir results/power \
   --keep 'ridge@{deep}/t1' 'identity@{deep}/t1' 'anchored@{deep}/t1' 'kv@{deep}/t1' \
   'ridge@{pop}/t1' 'anchored@{pop}/t1' 'kv@{pop}/t1'

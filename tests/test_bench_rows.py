@@ -75,6 +75,30 @@ def test_advised_arm_is_timed_unless_it_is_exact_or_another_arm():
     assert advised_arm("not-a-built-in", rf, pop) == (None, None)
 
 
+def test_speed_configuration_is_labelled_with_its_measured_retrieval(tmp_path):
+    """The bench reads what the committed frontier measured for the RidgeFill arm it times
+    (the ridge fill at its split and tail, no rows), from the larger of two samples, and says
+    nothing where no frontier ran that configuration."""
+    import json
+
+    from gpu.tools.bench import measured_retrieval
+
+    def frontier(root, rows):
+        (tmp_path / root / "m").mkdir(parents=True)
+        (tmp_path / root / "m" / "frontier.json").write_text(json.dumps({"rows": rows}))
+
+    frontier("power", [{"arm": "ridge@15/t1024", "retrieval": 2.5, "n": 120},
+                       {"arm": "ridge+lexical@15/t1024", "retrieval": 90.0, "n": 200}])
+    frontier("frontier", [{"arm": "ridge@15/t1024", "retrieval": 0.0, "n": 40},
+                          {"arm": "ridge@15/t1", "retrieval": 75.0, "n": 40}])
+    roots = (tmp_path / "power", tmp_path / "frontier")
+    got = measured_retrieval("m", 15, 1024, roots)
+    assert got == {"retrieval": 2.5, "n": 120, "source": str(tmp_path / "power/m/frontier.json")}
+    assert measured_retrieval("m", 15, 1, roots)["retrieval"] == 75.0
+    assert measured_retrieval("m", 14, 1024, roots) is None
+    assert measured_retrieval("other", 15, 1024, roots) is None
+
+
 def test_bench_times_the_advised_kv_fill_at_its_own_price(monkeypatch):
     """A model advised to a fill the ridgefill arm does not run (here the direct cache-entry
     maps) gets an "advised" arm, timed in the same rounds with maps of its own kind and
