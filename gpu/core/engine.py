@@ -213,9 +213,9 @@ class Engine:
         if extras.exact_rows is not None and cfg.rows != "none":
             raise ValueError(f"exact_rows fixes the exact rows and rows={cfg.rows!r} selects "
                              "them: use rows='none' with exact_rows")
-        plan = None if cfg.fill == "exact" else Plan(
-            n, cfg.split, cfg.tail, self.adapter.n_layers,
-            *(() if extras.exact_rows is None else (extras.exact_rows,)))
+        plan = None if cfg.fill == "exact" else Plan(n, cfg.split, cfg.tail, self.adapter.n_layers)
+        if plan is not None and extras.exact_rows is not None:
+            plan = plan.with_rows(extras.exact_rows)
         if plan is not None and plan.n_prefix == 0:
             notes.append(f"prompt of {n} tokens fits in the tail of {cfg.tail}: ran exact")
         selector = extras.selector
