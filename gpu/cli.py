@@ -11,7 +11,7 @@ from pathlib import Path
 import re
 from dataclasses import MISSING, fields
 
-from .core.advised import ADVISABLE
+from .core.advised import ADVISABLE, DEMO_MODEL
 from .maps.files import KINDS
 from .core.config import PrefillConfig
 from .core.models import BUILTINS
@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="fit maps on first run, answer a needle prompt both ways")
     _model_args(d)
+    d.set_defaults(model=DEMO_MODEL)
     d.add_argument("--out-dir", type=Path, default=Path("out/demo"))
 
     b = sub.add_parser("bench", help="time to first token: exact vs RidgeFill, alternating")

@@ -133,3 +133,14 @@ def test_the_demo_fits_the_kind_of_maps_its_configuration_reads(monkeypatch, tmp
     assert demo.maps_for(tiny, 2, kind="kv").name == f"{tiny.name}-s2-kv.safetensors"
     assert demo.maps_for(tiny, 2).name == f"{tiny.name}-s2.safetensors"
     assert [c[c.index("--kinds") + 1] for c in calls] == ["kv", "ridge"]
+
+
+def test_the_demo_runs_a_built_in_whose_advice_is_a_confirmed_fill():
+    """`ridgefill demo` (and `make demo`) default to DEMO_MODEL, whose advised configuration
+    reads maps (a fill the advisor confirmed, not exact prefill or POP's identity fill), and the
+    demo shows that configuration unchanged (issue 31)."""
+    from gpu.core.models import BUILTINS
+
+    assert advised.DEMO_MODEL in BUILTINS
+    assert cli.build_parser().parse_args(["demo"]).model == advised.DEMO_MODEL
+    assert advised.default_config(advised.DEMO_MODEL).needs_maps

@@ -22,7 +22,7 @@ from ..core import models
 from ..eval import tasks
 from ..eval.instruments import cost_arm
 from ..api import RidgeFill
-from ..core.advised import default_config, default_split
+from ..core.advised import DEMO_MODEL, default_config, default_split
 from ..core.config import PrefillConfig, pop_split
 from ..core.archspec import arch_of
 from ..maps.files import cached_path, load_maps
@@ -96,7 +96,7 @@ def plot(out: Path, counts: dict, n: int, rows, measured: float, ceilings: dict)
     return path
 
 
-def run(model: str = "smollm2-135m", device: str | None = None,
+def run(model: str = DEMO_MODEL, device: str | None = None,
         out_dir: Path = Path("out/demo"), requests: int = REQUESTS) -> int:
     """Answer one needle prompt with exact prefill and with RidgeFill: both warmed up untimed
     (the first call pays one-time compilation and allocation), then ``requests`` requests
@@ -160,10 +160,13 @@ def run(model: str = "smollm2-135m", device: str | None = None,
                                    "exact": ex.to_dict(), "ridgefill": rr.to_dict()})
     print(f"wrote {png} and {out / 'demo.json'}")
     print("\nGo further:")
-    print(f"  ridgefill fit --model {loaded.name} --splits 15 --out maps-s15.safetensors")
-    print(f"  ridgefill generate --model {loaded.name} --maps maps-s15.safetensors --fill ridge "
-          "--split 15 --tail 512 "
-          "--rows probe --chat --prompt-file doc.txt --question '...'")
+    flags = f" --fill ridge --split {split} --tail 1 --rows none" if note else ""
+    if cfg.needs_maps:
+        print(f"  ridgefill fit --model {loaded.name} --splits {split} --kinds "
+              f"{' '.join(cfg.map_kinds)} --out maps-s{split}.safetensors")
+        flags = f" --maps maps-s{split}.safetensors" + flags
+    print(f"  ridgefill generate --model {loaded.name}{flags} --chat --prompt-file doc.txt "
+          "--question '...'")
     print("  make eval     # needles, long-document loss, agreement, controls (hours)")
     print("  make bench    # time to first token, exact vs RidgeFill, against the ceilings")
     return 0
