@@ -51,6 +51,16 @@ ADVISED: dict[str, dict] = {
     # kept the budget: +0.0 points, key-token dNLL +0.34
     "qwen2.5-coder-0.5b": {"split": 16, "tail": 1, "fill": "kv", "values_fill": "identity",
                            "rows": "none"},
+    # `ridgefill advise --model qwen2.5-coder-1.5b --lengths 2048 --samples 8 --tails 1 512
+    # --confirm-samples 20 --check-seed 3 --check-samples 20 --check-docs 8 --threads 2` (seed 0,
+    # 2026-12-03/04, resumed from its journal; same sizes as the 0.5B): keys from x_S, values
+    # from the direct cache-entry maps, split 19 (POP's) with a one-token tail, MAC share 0.685
+    # (its sink rows exact; POP 0.684), the cheapest configuration to keep the screen
+    # (ridge+lexical@7/t512 read every needle but lost 1.78 nats on key tokens, kv@19 0.60);
+    # confirmed at +0.0 points, key-token dNLL +0.17; the unseen rerun (seed 3, 40 needles, 8 documents):
+    # +0.0 [+0.0, +0.0] points, key-token dNLL -0.00 [-0.20, +0.25]
+    "qwen2.5-coder-1.5b": {"split": 19, "tail": 1, "fill": "identity", "values_fill": "kv",
+                           "rows": "none"},
 }
 
 

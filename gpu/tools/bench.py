@@ -49,7 +49,7 @@ SETTINGS = {  # model -> (split, tail, default lengths) of the study speed confi
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
     "gemma3-270m": (7, 1024, (4096, 8192, 16384, 32768)),  # 32K: ~20 min a round on 2 cores
     # the larger models at POP's split with a one-token tail (where their frontier kept POP's
-    # retrieval with the ridge fill; no advice yet), up to 16K / 8K on 2 cores
+    # retrieval with the ridge fill; the advised arm is each one's ADVISED), up to 16K / 8K
     "qwen2.5-coder-0.5b": (16, 1, (2048, 4096, 8192, 16384)),
     "qwen2.5-coder-1.5b": (19, 1, (2048, 4096, 8192)),
 }
