@@ -57,8 +57,8 @@ ADVISED: dict[str, dict] = {
     # from the direct cache-entry maps, split 19 (POP's) with a one-token tail, MAC share 0.685
     # (its sink rows exact; POP 0.684), the cheapest configuration to keep the screen
     # (ridge+lexical@7/t512 read every needle but lost 1.78 nats on key tokens, kv@19 0.60);
-    # confirmed at +0.0 points, key-token dNLL +0.17; the unseen rerun (seed 3, 40 needles, 8 documents):
-    # +0.0 [+0.0, +0.0] points, key-token dNLL -0.00 [-0.20, +0.25]
+    # confirmed at +0.0 points, key-token dNLL +0.17; the unseen rerun (seed 3, 40 needles,
+    # 8 documents): +0.0 [+0.0, +0.0] points, key-token dNLL -0.00 [-0.20, +0.25]
     "qwen2.5-coder-1.5b": {"split": 19, "tail": 1, "fill": "identity", "values_fill": "kv",
                            "rows": "none"},
 }

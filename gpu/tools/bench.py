@@ -43,6 +43,7 @@ from .peak_memory import PeakMemory
 from ..core.advised import ADVISABLE, ADVISED, default_config
 from ..core.engine import Engine
 from ..core.prompt import from_ids
+from ..eval.frontier import arm_name
 from ..eval.instruments import cost_arm
 
 SETTINGS = {  # model -> (split, tail, default lengths) of the study speed configuration
@@ -367,7 +368,8 @@ def _advised_line(r: dict) -> str:
     if "speedup" not in a:
         return f"advised = {a['same_as']}; " if a.get("same_as") else ""
     c = a["config"]
-    return (f"advised {c['fill']}@{c['split']}/t{c['tail']} {r['median_seconds']['advised']:.2f}s "
+    name = arm_name(c["fill"], c["split"], c["tail"], c["rows"], c.get("values_fill"))
+    return (f"advised {name} {r['median_seconds']['advised']:.2f}s "
             f"{a['speedup']:.2f}x (ceiling {a['ceiling_macs']:.2f}x), POP/advised "
             f"{a['over_pop']:.2f}x; ")
 
