@@ -138,8 +138,9 @@ def test_bench_times_the_compiled_walk_beside_the_eager_one():
 
 def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeypatch):
     """bench.json holds every record as soon as it is measured; ``resume`` keeps the records
-    measured with the same settings (not timed again: ``_timed`` fails if called) and the
-    ``--no-other-order`` run has no other-order arm."""
+    measured with the same settings (not timed again: ``_timed`` fails if called), a resumed
+    run at another length keeps the file's other records, and the ``--no-other-order`` run has
+    no other-order arm."""
     import json
 
     import torch
@@ -170,6 +171,13 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
         assert again["records"] == first["records"]
         with pytest.raises(AssertionError, match="timed again"):   # other settings: timed
             bench.run(BenchOptions(resume=True, **{**kw, "tail": 8}))
+        monkeypatch.undo()
+        assert bench.run(BenchOptions(resume=True, **{**kw, "lengths": (64,)})) == 0
+        narrower = json.loads((out / "bench.json").read_text())   # a rerun at another length
+        assert narrower["records"][0] == rec                       # keeps the first record
+        assert [r["n"] for r in narrower["records"]] == [96, 64]
+        assert [r["command"] for r in narrower["records"]] == [first["command"],
+                                                               narrower["command"]]
     finally:
         torch.set_num_threads(before)
 

@@ -417,9 +417,10 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
         run_kernel_bench()
     dev = torch.device(device).type if device else default_device().type
     out = Path(o.out_dir) / dev
-    done = {}
+    prior = []
     if resume and (out / "bench.json").exists():
-        done = {record_key(r): r for r in json.loads((out / "bench.json").read_text())["records"]}
+        prior = json.loads((out / "bench.json").read_text())["records"]
+    done = {record_key(r): r for r in prior}
     records, load_before = [], os.getloadavg()
     info = {"command": "ridgefill " + " ".join(sys.argv[1:]) if sys.argv[1:]
             else "ridgefill bench " + " ".join(models), "machine": platform.platform(),
@@ -428,14 +429,24 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
             "load_average_before": load_before,
             "processor": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
-            "complete": False, "records": records}
+            "complete": False}
+
+    def snapshot(complete: bool) -> dict:
+        """This run's records after the resumed file's others (other models, lengths or
+        settings), which a resumed run keeps: a narrower rerun never drops a record. Each
+        record names the command that measured it."""
+        mine = {record_key(r) for r in records}
+        kept = [r for r in prior if record_key(r) not in mine]
+        return {**info, "complete": complete, "records": kept + records,
+                "load_average_after": os.getloadavg()}
+
     for name in models:
         for rec in bench_model(name, o.lengths, o.repeats, device, o.random_weights, o.split,
                                o.tail, o.rows_probe, o.compile, o.other_order, done):
-            records.append(rec)
-            write_json(out / "bench.json", {**info, "load_average_after": os.getloadavg()})
-    write_json(out / "bench.json", {**info, "complete": True,
-                                    "load_average_after": os.getloadavg()})
-    plot(records, out / "bench.png")
+            records.append({"command": info["command"], **rec})
+            write_json(out / "bench.json", snapshot(False))
+    final = snapshot(True)
+    write_json(out / "bench.json", final)
+    plot(final["records"], out / "bench.png")
     print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
     return 0
