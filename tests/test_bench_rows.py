@@ -176,8 +176,8 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
         narrower = json.loads((out / "bench.json").read_text())   # a rerun at another length
         assert narrower["records"][0] == rec                       # keeps the first record
         assert [r["n"] for r in narrower["records"]] == [96, 64]
-        assert [r["command"] for r in narrower["records"]] == [first["command"],
-                                                               narrower["command"]]
+        assert [(r["command"], r["machine"]) for r in narrower["records"]] == [
+            (first["command"], first["machine"]), (narrower["command"], narrower["machine"])]
     finally:
         torch.set_num_threads(before)
 

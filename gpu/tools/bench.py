@@ -434,7 +434,8 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
     def snapshot(complete: bool) -> dict:
         """This run's records after the resumed file's others (other models, lengths or
         settings), which a resumed run keeps: a narrower rerun never drops a record. Each
-        record names the command that measured it."""
+        record names the command, the day and the machine that measured it (a kept record's
+        seconds may come from another machine: compare ratios, not seconds, across them)."""
         mine = {record_key(r) for r in records}
         kept = [r for r in prior if record_key(r) not in mine]
         return {**info, "complete": complete, "records": kept + records,
@@ -443,7 +444,7 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
     for name in models:
         for rec in bench_model(name, o.lengths, o.repeats, device, o.random_weights, o.split,
                                o.tail, o.rows_probe, o.compile, o.other_order, done):
-            records.append({"command": info["command"], **rec})
+            records.append({k: info[k] for k in ("command", "date", "machine")} | rec)
             write_json(out / "bench.json", snapshot(False))
     final = snapshot(True)
     write_json(out / "bench.json", final)
