@@ -3,6 +3,8 @@ row count, and a noise-level or negative slope is "not resolved", never a break-
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpu.tools.bench import row_cost
 
@@ -214,3 +216,26 @@ def test_exact_in_passes_is_the_one_pass_forward_and_timed_above_the_chunk():
     assert ch["speedup"] == med["exact-chunked"] / med["ridgefill"]
     assert ch["share_of_mac_ceiling"] == ch["speedup"] / rec["ceiling_macs"]
     assert "exact-chunked" not in short["median_seconds"] and short["exact_chunked"] is None
+
+
+def _rec(model: str, n: int, tail: int, seconds: float) -> dict:
+    return {"model": "m" + model, "n": n, "split": 3, "tail": tail, "repeats": 2,
+            "median_seconds": {"exact": seconds, "ridgefill": seconds / 2}}
+
+
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from([64, 96]),
+                          st.sampled_from([1, 8]), st.floats(0.1, 9)), max_size=8),
+       st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from([64, 96]),
+                          st.sampled_from([1, 8]), st.floats(0.1, 9)), max_size=8))
+def test_merged_keeps_every_prior_measurement_this_run_did_not_redo(old, new):
+    """``merged`` (a resumed bench.json): every record of this run, in order, after the prior
+    records whose measurement (model, length, settings, arms) this run did not make; a prior
+    record is dropped only for a new one with its key."""
+    from gpu.tools.bench_records import merged, record_key
+
+    prior, records = [_rec(*t) for t in old], [_rec(*t) for t in new]
+    out = merged(prior, records)
+    assert out[len(out) - len(records):] == records
+    redone = {record_key(r) for r in records}
+    assert out[:len(out) - len(records)] == [r for r in prior if record_key(r) not in redone]
+    assert {record_key(r) for r in out} == {record_key(r) for r in prior} | redone

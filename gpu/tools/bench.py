@@ -38,6 +38,7 @@ from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, cached_path, load_maps
 from ..core.config import PrefillConfig, paper_split, pop_split
+from .bench_records import measurement_key, merged, prior_records, record_key
 from .bench_options import BenchOptions
 from .peak_memory import PeakMemory
 from ..core.advised import ADVISABLE, ADVISED, default_config
@@ -160,17 +161,6 @@ def _timed(fn, device) -> tuple[float, float]:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t
     return seconds, mem.extra
-
-
-def measurement_key(model: str, n: int, weights: str | None, split: int, tail: int,
-                    repeats: int | None, chunk: int | None, arms) -> tuple:
-    """What makes two records of the benchmark the same measurement (``--resume``)."""
-    return (model, n, weights, split, tail, repeats, chunk, tuple(sorted(arms)))
-
-
-def record_key(r: dict) -> tuple:
-    return measurement_key(r["model"], r["n"], r.get("weights"), r["split"], r["tail"],
-                           r.get("repeats"), r.get("chunk"), r["median_seconds"])
 
 
 def bench_model(name: str, lengths, repeats: int, device=None, random_weights=False,
@@ -417,9 +407,7 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
         run_kernel_bench()
     dev = torch.device(device).type if device else default_device().type
     out = Path(o.out_dir) / dev
-    prior = []
-    if resume and (out / "bench.json").exists():
-        prior = json.loads((out / "bench.json").read_text())["records"]
+    prior = prior_records(out / "bench.json", resume)
     done = {record_key(r): r for r in prior}
     records, load_before = [], os.getloadavg()
     info = {"command": "ridgefill " + " ".join(sys.argv[1:]) if sys.argv[1:]
@@ -432,13 +420,9 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
             "complete": False}
 
     def snapshot(complete: bool) -> dict:
-        """This run's records after the resumed file's others (other models, lengths or
-        settings), which a resumed run keeps: a narrower rerun never drops a record. Each
-        record names the command, the day and the machine that measured it (a kept record's
-        seconds may come from another machine: compare ratios, not seconds, across them)."""
-        mine = {record_key(r) for r in records}
-        kept = [r for r in prior if record_key(r) not in mine]
-        return {**info, "complete": complete, "records": kept + records,
+        """Each record names the command, the day and the machine that measured it (a kept
+        record's seconds may come from another machine: compare ratios across them)."""
+        return {**info, "complete": complete, "records": merged(prior, records),
                 "load_average_after": os.getloadavg()}
 
     for name in models:
