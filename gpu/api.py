@@ -143,4 +143,4 @@ def _config(config: PrefillConfig | None, settings: dict, model: str) -> Prefill
     if config is not None and settings:
         raise ValueError(f"pass either config=PrefillConfig(...) or its fields as keywords, not "
                          f"both (got config and {sorted(settings)})")
-    return config if config is not None else default_config(model).replace(**settings)
+    return config if config is not None else default_config(model, **settings)

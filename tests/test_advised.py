@@ -94,6 +94,36 @@ def test_generate_applies_only_the_flags_given(monkeypatch, capsys):
     assert seen["config"] == PrefillConfig(split=2, tail=5, fill="identity", rows="none")
 
 
+@pytest.mark.parametrize("model", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+def test_a_fill_flag_alone_takes_its_values_from_the_same_fill(model, monkeypatch, capsys):
+    """A built-in advised a two-source fill (keys and values from different fills): a caller's
+    ``fill`` without ``values_fill`` runs that fill for both (``--fill exact`` is exact
+    prefill, not the error a values source without filled keys is); a ``values_fill`` given
+    with it, or alone on the advised keys, is kept."""
+    tiny = load_tiny("llama")
+    entry = advised.ADVISED[model] | {"split": 2}        # the tiny model has 4 layers
+    assert entry["values_fill"] not in (None, entry["fill"])
+    monkeypatch.setitem(advised.ADVISED, tiny.name, entry)
+    for fill in ("exact", "ridge", "identity", "kv"):
+        c = advised.default_config(tiny.name, fill=fill)
+        assert (c.fill, c.values_fill, c.split, c.tail) == (fill, None, 2, 1)
+    assert advised.default_config(tiny.name, fill="ridge", values_fill="identity").values_fill \
+        == "identity"
+    assert advised.default_config(tiny.name, values_fill="ridge").fill == entry["fill"]
+    assert RidgeFill(tiny, fill="exact").config.fill == "exact"
+    seen = {}
+
+    def fake_generate(self, body, question="", **kw):
+        seen["config"] = self.config
+        raise SystemExit(0)
+
+    monkeypatch.setattr(RidgeFill, "generate", fake_generate)
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--model", str(tiny.path), "--device", "cpu", "--prompt", "abc",
+                  "--fill", "exact"])
+    assert (seen["config"].fill, seen["config"].values_fill) == ("exact", None)
+
+
 def test_an_exact_advice_refuses_maps_by_name_and_the_demo_says_what_it_shows(monkeypatch):
     """Where the advisor advises exact prefill, maps given without fill='ridge' would be
     ignored: they are refused with the fix; the demo shows the ridge fill at POP native's
