@@ -187,7 +187,8 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
 def test_exact_in_passes_is_the_one_pass_forward_and_timed_above_the_chunk():
     """The chunked exact arm (the stock forward in passes of ``chunk`` rows over one cache)
     gives the one-pass forward's last logits up to float rounding, and the bench times it
-    beside the others only when the prompt is longer than the chunk."""
+    beside the others only when the prompt is longer than the chunk (never with ``chunk=0``,
+    one lower-layer pass)."""
     import torch
 
     from gpu.core import models
@@ -208,6 +209,8 @@ def test_exact_in_passes_is_the_one_pass_forward_and_timed_above_the_chunk():
                              tail=16, rows_probe=False, other_order=False, chunk=64)
         (short,) = bench_model("smollm2-135m", [96], repeats=1, random_weights=True, split=28,
                                tail=16, rows_probe=False, other_order=False, chunk=128)
+        (one_pass,) = bench_model("smollm2-135m", [96], repeats=1, random_weights=True,
+                                  split=28, tail=16, rows_probe=False, other_order=False, chunk=0)
     finally:
         torch.set_num_threads(before)
     med = rec["median_seconds"]
@@ -216,6 +219,8 @@ def test_exact_in_passes_is_the_one_pass_forward_and_timed_above_the_chunk():
     assert ch["speedup"] == med["exact-chunked"] / med["ridgefill"]
     assert ch["share_of_mac_ceiling"] == ch["speedup"] / rec["ceiling_macs"]
     assert "exact-chunked" not in short["median_seconds"] and short["exact_chunked"] is None
+    assert one_pass["chunk"] == 0 and one_pass["exact_chunked"] is None   # --chunk 0: one pass
+    assert set(one_pass["median_seconds"]) == {"exact", "ridgefill", "pop"}
 
 
 def _rec(model: str, n: int, tail: int, seconds: float) -> dict:

@@ -217,7 +217,7 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
         }
         if advised is not None:  # the model's advised configuration (gpu.core.advised)
             configs["advised"] = advised
-        passes = ["exact-chunked"] if n > chunk else []
+        passes = ["exact-chunked"] if 0 < chunk < n else []
         key = measurement_key(name, n, weights, split, tail, repeats, chunk,
                               [*configs, *passes])
         if done and key in done:
@@ -427,7 +427,8 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
 
     for name in models:
         for rec in bench_model(name, o.lengths, o.repeats, device, o.random_weights, o.split,
-                               o.tail, o.rows_probe, o.compile, o.other_order, done):
+                               o.tail, o.rows_probe, o.compile, o.other_order, done,
+                               o.chunk):
             records.append({k: info[k] for k in ("command", "date", "machine")} | rec)
             write_json(out / "bench.json", snapshot(False))
     final = snapshot(True)

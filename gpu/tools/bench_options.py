@@ -23,6 +23,9 @@ class BenchOptions:
     out_dir: Path = option(Path("results/bench"), "where bench.json and bench.png go (under "
                                                "the device's name)")
     device: str | None = option(None, "cpu or cuda (default: cuda when present)")
+    chunk: int | None = option(None, "rows per lower-layer pass of the RidgeFill / POP arms and "
+                                   "of exact in passes (default PrefillConfig's; 0: one pass, "
+                                   "no exact-in-passes arm)")
     kernels: bool = option(False, "also the Numba-vs-NumPy kernels")
     rows_probe: bool = option(True, "the exact-row cost (sigma) arms: three RidgeFill runs a "
                                   "round")
