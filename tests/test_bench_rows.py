@@ -228,10 +228,11 @@ def _rec(model: str, n: int, tail: int, seconds: float) -> dict:
             "median_seconds": {"exact": seconds, "ridgefill": seconds / 2}}
 
 
-@given(st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from([64, 96]),
-                          st.sampled_from([1, 8]), st.floats(0.1, 9)), max_size=8),
-       st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from([64, 96]),
-                          st.sampled_from([1, 8]), st.floats(0.1, 9)), max_size=8))
+RECORDS = st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from([64, 96]),
+                             st.sampled_from([1, 8]), st.floats(0.1, 9)), max_size=8)
+
+
+@given(RECORDS, RECORDS)
 def test_merged_keeps_every_prior_measurement_this_run_did_not_redo(old, new):
     """``merged`` (a resumed bench.json): every record of this run, in order, after the prior
     records whose measurement (model, length, settings, arms) this run did not make; a prior
