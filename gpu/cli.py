@@ -1,4 +1,4 @@
-"""The ``ridgefill`` command line: fit, generate, demo, eval, bench, advise."""
+"""The ``ridgefill`` command line: fit, generate, serve, demo, eval, bench, advise."""
 from __future__ import annotations
 
 from . import __version__
@@ -156,6 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=int, default=32)
     g.add_argument("--json", action="store_true", help="print a JSON record")
 
+    s = sub.add_parser("serve", help="vLLM's OpenAI-compatible server with a RidgeFill prefill "
+                                     "(the vllm extra; docs/serving.md)")
+    s.add_argument("--model", default=DEMO_MODEL,
+                   help=f"built-in name ({', '.join(BUILTINS)}) or a local HF model folder")
+    _prefill_args(s)
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                   help="vLLM's weights and activations (bf16: its fast path on the CPU)")
+    s.add_argument("--max-model-len", type=int, default=8192,
+                   help="longest prompt plus answer (also the most tokens of one step)")
+    s.add_argument("vllm_args", nargs=argparse.REMAINDER,
+                   help="after --: flags passed to `vllm serve` unchanged")
+
     d = sub.add_parser("demo", help="fit maps on first run, answer a needle prompt both ways")
     _model_args(d)
     d.set_defaults(model=DEMO_MODEL)
@@ -282,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_generate(a)
         if a.command == "advise":
             return _cmd_advise(a)
+        if a.command == "serve":
+            from .serving.serve import run
+            extra = tuple(x for x in a.vllm_args if x != "--")
+            return run(a.model, a.maps, a.port, a.host, a.dtype, a.max_model_len, extra,
+                       **settings_from_args(a))
         if a.command == "demo":
             from .tools.demo import run
             return run(a.model, a.device, a.out_dir)

@@ -154,14 +154,14 @@ def test_the_demo_fits_the_kind_of_maps_its_configuration_reads(monkeypatch, tmp
     import subprocess
 
     from gpu.core import models
-    from gpu.tools import demo
+    from gpu.maps.files import cached_maps
 
     calls = []
     monkeypatch.setattr(models, "cache_dir", lambda: tmp_path)
     monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
     tiny = load_tiny("llama")
-    assert demo.maps_for(tiny, 2, kind="kv").name == f"{tiny.name}-s2-kv.safetensors"
-    assert demo.maps_for(tiny, 2).name == f"{tiny.name}-s2.safetensors"
+    assert cached_maps(tiny.name, tiny.path, 2, "kv").name == f"{tiny.name}-s2-kv.safetensors"
+    assert cached_maps(tiny.name, tiny.path, 2).name == f"{tiny.name}-s2.safetensors"
     assert [c[c.index("--kinds") + 1] for c in calls] == ["kv", "ridge"]
 
 

@@ -8,8 +8,6 @@ the measured speedup against the ceilings (paper section 2.5).
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from tqdm import tqdm
@@ -25,30 +23,11 @@ from ..api import RidgeFill
 from ..core.advised import DEMO_MODEL, default_config, default_split
 from ..core.config import PrefillConfig, pop_split
 from ..core.archspec import arch_of
-from ..maps.files import cached_path, load_maps
+from ..maps.files import cached_maps, load_maps
 
 LENGTH = 2048
 REQUESTS = 5        # timed requests per arm, alternating, after one untimed warm-up each
 ANSWER_TOKENS = 24
-
-
-def maps_for(loaded: models.Loaded, split: int, max_tokens: int = 24_000,
-             kind: str = "ridge") -> Path:
-    """Cached maps of ``kind`` for (model, split), fitted on the built-in calibration text if
-    missing.
-    The fit runs in a child process (``ridgefill fit``): timed in the same process after a
-    fit, RidgeFill measured 1.16x where the next run measured 1.50x (the capture's thread
-    pools and memory stay behind), so the demo's timing starts from a process that only
-    ever prefilled."""
-    path = cached_path(loaded.name, split, kind)
-    if not path.exists():
-        print(f"fitting maps for {loaded.name} at split {split} on the built-in calibration "
-              f"text ({max_tokens} tokens; once, cached in {path})", flush=True)
-        device = str(loaded.model.device)
-        subprocess.run([sys.executable, "-m", "gpu", "fit", "--model", str(loaded.path),
-                        "--device", device, "--splits", str(split), "--max-tokens",
-                        str(max_tokens), "--kinds", kind, "--out", str(path)], check=True)
-    return path
 
 
 def needle_prompt(rf: RidgeFill, length: int, seed: int = 0):
@@ -105,7 +84,8 @@ def run(model: str = DEMO_MODEL, device: str | None = None,
     out = Path(out_dir)
     loaded = models.load(model, device=device)
     split, cfg, note = showcase(loaded)
-    maps = ({k: load_maps(maps_for(loaded, split, kind=k), loaded.model, split=split)
+    maps = ({k: load_maps(cached_maps(loaded.name, loaded.path, split, k,
+                                       str(loaded.model.device)), loaded.model, split=split)
              for k in cfg.map_kinds} if cfg.needs_maps else None)
     exact = RidgeFill(loaded, None, PrefillConfig(fill="exact"))
     rf = RidgeFill(loaded, maps, cfg)
