@@ -97,7 +97,8 @@ def options_args(p: argparse.ArgumentParser, cls) -> None:
                            choices=f.metadata.get("choices"), help=shown)
         else:
             kind = Path if t == "Path" else int if t.startswith("int") else str
-            p.add_argument(flag(f.name), type=kind, default=default, help=shown)
+            p.add_argument(flag(f.name), type=kind, default=default,
+                           choices=f.metadata.get("choices"), help=shown)
 
 
 def options_from_args(a: argparse.Namespace, cls):
@@ -305,8 +306,12 @@ def main(argv: list[str] | None = None) -> int:
             from .tools.demo import run
             return run(a.model, a.device, a.out_dir)
         if a.command == "bench":
+            opts = options_from_args(a, BenchOptions)
+            if opts.engine == "vllm":
+                from .tools.bench_vllm import run as run_vllm
+                return run_vllm(opts)
             from .tools.bench import run
-            return run(options_from_args(a, BenchOptions))
+            return run(opts)
         if a.command == "eval":
             return _cmd_eval(a)
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FetchError) as e:

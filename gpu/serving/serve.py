@@ -63,7 +63,8 @@ def _with_maps(name: str, folder: Path, config, maps):
     """The configuration with its split resolved and the maps it reads, checked against the
     model's weights: the given file, or a built-in's cached maps (fitted once if missing)."""
     if not config.needs_maps:
-        return config, maps
+        n_layers = json.loads((Path(folder) / "config.json").read_text())["num_hidden_layers"]
+        return config.resolve(int(n_layers)), maps
     if maps is None:
         if config.split is None or name not in models.BUILTINS:
             raise ValueError(f"fill={config.fill!r} needs maps: give --maps FILE (fit them "

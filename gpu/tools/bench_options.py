@@ -35,5 +35,13 @@ class BenchOptions:
                                    "use (batched on the CPU): one RidgeFill run a round")
     resume: bool = option(False, "keep the records of OUT_DIR's bench.json measured with the "
                                "same settings and time only the rest")
+    engine: str = option("transformers", "transformers: the project's engine (every arm "
+                                         "below); vllm: stock vLLM, RidgeFill and POP inside "
+                                         "vLLM's CPU build (gpu.tools.bench_vllm)",
+                         choices=("transformers", "vllm"))
+    dtype: str = option("bfloat16", "--engine vllm: vLLM's dtype (bf16: its fast path on the "
+                                    "CPU)", choices=("bfloat16", "float32"))
+    reference: bool = option(True, "--engine vllm: also the project's transformers engine, "
+                                   "exact prefill in fp32, once per length")
     random_weights: bool = option(False, "the built-in architectures with random weights "
                                        "(timing where the model packages are not installed)")

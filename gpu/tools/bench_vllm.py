@@ -1,0 +1,177 @@
+"""``ridgefill bench --engine vllm``: time to first token inside vLLM's CPU build, RidgeFill
+against stock vLLM, alternating in one run (paper section 2.5's ceilings beside it).
+
+One vLLM engine per arm, all started once in this process (each its own engine process):
+stock vLLM as users run it (its chunked prefill; prefix caching off so that a repeated
+prompt is prefilled again), stock vLLM in one pass (the engine arguments of the RidgeFill
+path: no chunked prefill, one step per prompt), RidgeFill at the model's advised
+configuration, and POP native (identity fill from L - floor(L/3), one-token tail). Per
+length: one untimed warm-up of each arm, then ``repeats`` rounds timing each arm once, in
+order, each a one-token generation of the same prompt; medians and ratios of medians. An
+idle vLLM engine busy-polls for a second after its last step, so each timing starts
+``SETTLE`` seconds after the one before. Beside them, once per length after the rounds: the
+project's own transformers engine, exact prefill in fp32 (its users' dtype on the CPU).
+"""
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from rfmath.cost import speedup_ceiling
+from rfmodel.atomic import write_json
+
+from ..core import models
+from ..core.advised import default_config
+from ..core.archspec import arch_of
+from ..core.config import PrefillConfig, pop_split
+from ..eval.instruments import cost_arm
+from ..maps.files import cached_maps
+from ..serving.settings import ENGINE_ARGS, overrides
+from .bench_options import BenchOptions
+from .bench_records import prior_records
+from .bench import prompt_ids
+
+ARMS = ("stock", "stock-one-pass", "advised", "pop")
+SETTLE = 1.5                # seconds between timings (vLLM's idle busy-poll is 1 s)
+KV_CACHE_BYTES = 1 << 30    # per engine: a 16K prompt of the 1.5B needs 0.45 GiB
+LENGTHS = {"qwen2.5-coder-0.5b": (2048, 4096, 8192, 16384),
+           "qwen2.5-coder-1.5b": (2048, 4096, 8192)}
+
+
+def configs(name: str, n_layers: int) -> dict[str, PrefillConfig]:
+    """The RidgeFill arms' configurations: the advised one and POP native."""
+    advised = default_config(name, rows="none")
+    if advised.fill == "exact":
+        raise ValueError(f"{name}'s advised configuration is exact prefill: nothing to time "
+                         "beside stock vLLM")
+    return {"advised": advised,
+            "pop": PrefillConfig(fill="identity", split=pop_split(n_layers), tail=1, rows="none")}
+
+
+def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str) -> dict:
+    """One vLLM engine per arm (see the module docstring)."""
+    from vllm import LLM
+
+    common = dict(dtype=dtype, max_model_len=n_max + 64, kv_cache_memory_bytes=KV_CACHE_BYTES,
+                  enable_prefix_caching=False, seed=0)
+    one_pass = dict(common, max_num_batched_tokens=n_max + 64, **ENGINE_ARGS)
+    out = {"stock": LLM(str(folder), **common),
+           "stock-one-pass": LLM(str(folder), **one_pass)}
+    for arm, cfg in cfgs.items():
+        maps = (cached_maps(name, folder, cfg.split, cfg.map_kinds[0])
+                if cfg.needs_maps else None)
+        out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **one_pass)
+    return out
+
+
+def first_token_seconds(llm, ids: list[int]) -> float:
+    """Wall time of a one-token generation of ``ids`` (the prefill and one sampling step)."""
+    from vllm import SamplingParams
+
+    time.sleep(SETTLE)
+    start = time.perf_counter()
+    llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, temperature=0),
+                 use_tqdm=False)
+    return time.perf_counter() - start
+
+
+def transformers_exact(name: str, ids) -> float:
+    """The project's transformers engine, exact prefill in fp32, once (after a short warm-up);
+    the model is loaded for it and freed after."""
+    import torch
+
+    from ..core.engine import Engine
+
+    loaded = models.load(name, device="cpu", dtype=torch.float32)
+    engine = Engine(loaded.model)
+    exact = PrefillConfig(fill="exact")
+    engine.prefill(ids[:, :512], exact)
+    start = time.perf_counter()
+    engine.prefill(ids, exact)
+    seconds = time.perf_counter() - start
+    del engine, loaded
+    gc.collect()
+    return seconds
+
+
+def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool):
+    """Yield one record per prompt length (module docstring)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    _, folder = models.resolve(name)
+    tok = AutoTokenizer.from_pretrained(folder)
+    arch = arch_of(AutoConfig.from_pretrained(folder))
+    cfgs = configs(name, arch.n_layers)
+    llms = engines(name, folder, cfgs, max(lengths), dtype)
+    for n in lengths:
+        ids = prompt_ids(models.Loaded(None, tok, name, folder), n)
+        for arm in ARMS:                       # warm-up: each arm once, untimed
+            first_token_seconds(llms[arm], ids[0].tolist())
+        times = {arm: [] for arm in ARMS}
+        for _ in tqdm(range(repeats), desc=f"{name} {n} tokens", unit="round"):
+            for arm in ARMS:
+                times[arm].append(first_token_seconds(llms[arm], ids[0].tolist()))
+        med = {arm: statistics.median(t) for arm, t in times.items()}
+        rec = {"model": name, "n": n, "dtype": dtype, "repeats": repeats, "engine": "vllm",
+               "seconds": times, "median_seconds": med}
+        for arm, cfg in cfgs.items():
+            ceiling = speedup_ceiling(arch, n, cfg.split, cfg.tail, E=0,
+                                      arm=cost_arm(cfg.fill, cfg.values_fill))
+            rec[arm] = {"config": {k: getattr(cfg, k) for k in
+                                   ("fill", "values_fill", "split", "tail", "rows")},
+                        "speedup": med["stock"] / med[arm],
+                        "speedup_over_one_pass": med["stock-one-pass"] / med[arm],
+                        "ceiling_macs": ceiling,
+                        "share_of_mac_ceiling": med["stock"] / med[arm] / ceiling}
+        if reference:
+            rec["transformers_exact_fp32_seconds"] = transformers_exact(name, ids)
+        print(_line(rec), flush=True)
+        yield rec
+
+
+def _line(r: dict) -> str:
+    a, p = r["advised"], r["pop"]
+    ref = r.get("transformers_exact_fp32_seconds")
+    return (f"{r['model']} {r['n']} tokens ({r['dtype']}): stock vLLM "
+            f"{r['median_seconds']['stock']:.2f} s (one pass "
+            f"{r['median_seconds']['stock-one-pass']:.2f} s); RidgeFill advised "
+            f"{a['speedup']:.2f}x ({a['share_of_mac_ceiling']:.0%} of its {a['ceiling_macs']:.2f}x "
+            f"ceiling; {a['speedup_over_one_pass']:.2f}x over one pass); POP {p['speedup']:.2f}x"
+            + (f"; transformers exact fp32 {ref:.2f} s" if ref else ""))
+
+
+def run(opts: BenchOptions) -> int:
+    """Every model at its lengths; bench.json rewritten after every record (resumable)."""
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    out = Path(opts.out_dir) / "vllm"
+    path = out / f"bench-{opts.dtype}.json"
+    prior = prior_records(path, opts.resume)
+    done = {(r["model"], r["n"], r["repeats"]) for r in prior}
+    info = {"command": "ridgefill " + " ".join(sys.argv[1:]), "machine": platform.platform(),
+            "date": time.strftime("%Y-%m-%d"), "seed": "haystack seed 1",
+            "load_average_before": os.getloadavg()}
+    records = []
+
+    def kept() -> list[dict]:  # a narrower rerun never drops another run's record
+        mine = {(r["model"], r["n"], r["repeats"]) for r in records}
+        return [r for r in prior if (r["model"], r["n"], r["repeats"]) not in mine] + records
+
+    for name in opts.models:
+        lengths = [n for n in (opts.lengths or LENGTHS.get(name, (2048, 4096)))
+                   if (name, n, opts.repeats) not in done]
+        if not lengths:
+            continue
+        for rec in bench_model(name, lengths, opts.repeats, opts.dtype, opts.reference):
+            records.append({k: info[k] for k in ("command", "date", "machine")} | rec)
+            write_json(path, {**info, "complete": False, "records": kept()})
+    write_json(path, {**info, "complete": True, "records": kept(),
+                      "load_average_after": os.getloadavg()})
+    print(f"wrote {path}")
+    return 0
