@@ -23,8 +23,17 @@ from .core.advised import default_config
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
 from .conversation import Conversation
-from .maps.files import MapSet, load_maps
+from .maps.files import MapSet, cached_maps, load_maps
 from .press import run_prefill
+
+
+def _cached(loaded: models.Loaded, config: PrefillConfig) -> dict:
+    """A built-in model's cached maps of each kind ``config`` reads at its split (fitted once
+    if missing, saying which in one line); a local model has none to find."""
+    if loaded.name not in models.BUILTINS or config.split is None:
+        return {}
+    return {kind: cached_maps(loaded.name, loaded.path, config.split, kind,
+                              str(loaded.model.device)) for kind in config.map_kinds}
 
 
 @dataclass
@@ -70,10 +79,12 @@ class RidgeFill:
         """Load a built-in model or a local Hugging Face folder, and its map file."""
         loaded = models.load(model, device=device, dtype=dtype)
         config = _config(config, settings, loaded.name)
-        mapset = None
-        if maps is not None:
-            mapset = load_maps(maps, loaded.model, split=config.split,
-                               precision=config.precision, resident=not config.stream_maps)
+        paths = ({config.map_kinds[0]: maps} if maps is not None else
+                 _cached(loaded, config) if config.needs_maps else {})
+        found = {kind: load_maps(path, loaded.model, split=config.split,
+                                 precision=config.precision, resident=not config.stream_maps)
+                 for kind, path in paths.items()}
+        mapset = found if len(found) > 1 else next(iter(found.values()), None)
         return cls(loaded, mapset, config)
 
     # --------------------------------------------------------------------------

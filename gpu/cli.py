@@ -269,6 +269,10 @@ def _cmd_generate(a) -> int:
 
     rf = RidgeFill.load(a.model, a.maps, device=a.device, dtype=_dtype(a.dtype),
                         **settings_from_args(a))
+    c = rf.config
+    print(f"[{rf.loaded.name}: " + ("exact prefill" if c.fill == "exact" else
+          f"keys {c.fill}, values {c.values_fill or c.fill}, split {c.split}, tail {c.tail}, "
+          f"rows {c.rows}") + "]", file=sys.stderr)
     r = rf.generate(_read_prompt(a), a.question, chat=a.chat, max_new_tokens=a.max_new_tokens,
                     answer_prefix=a.answer_prefix)
     r.notes = [_flags_named(n) for n in r.notes]

@@ -174,3 +174,42 @@ def test_the_demo_runs_a_built_in_whose_advice_is_a_confirmed_fill():
     assert advised.DEMO_MODEL in BUILTINS
     assert cli.build_parser().parse_args(["demo"]).model == advised.DEMO_MODEL
     assert advised.default_config(advised.DEMO_MODEL).needs_maps
+
+
+def test_a_builtin_without_maps_runs_its_advice_from_the_cached_maps(monkeypatch, tmp_path,
+                                                                       capsys):
+    """RidgeFill.load of a built-in whose advice reads maps, given none: the cached maps of
+    the advised kind and split (gpu.maps.files.cached_maps finds or fits them), loaded and
+    checked; ``ridgefill generate`` names the configuration it runs."""
+    import numpy as np
+
+    import gpu.api
+    from gpu.maps.files import save_maps
+
+    tiny = load_tiny("llama")
+    cfg = tiny.model.config
+    d_out = 2 * cfg.num_key_value_heads * cfg.head_dim
+    rng = np.random.default_rng(0)
+    path = save_maps(tmp_path / "kv.safetensors",
+                     {3: (rng.normal(size=(d_out, cfg.hidden_size)) * 0.1, np.zeros(d_out))},
+                     {"split": 2, "kind": "kv", "fingerprint": tiny.fingerprint(),
+                      "d_in": cfg.hidden_size, "d_out": d_out})
+    asked = []
+    monkeypatch.setitem(models.BUILTINS, tiny.name, None)
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {"split": 2, "tail": 1, "fill": "kv",
+                                                     "values_fill": "identity", "rows": "none"})
+    monkeypatch.setattr(gpu.api, "cached_maps",
+                        lambda name, folder, split, kind, device: asked.append(
+                            (name, split, kind)) or path)
+    monkeypatch.setattr(models, "resolve", lambda name: (tiny.name, tiny.path))
+    rf = RidgeFill.load(tiny.name, device="cpu")
+    assert asked == [(tiny.name, 2, "kv")]
+    assert (rf.config.fill, rf.config.values_fill, rf.maps.kind) == ("kv", "identity", "kv")
+
+    def fake_generate(self, body, question="", **kw):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(RidgeFill, "generate", fake_generate)
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--model", tiny.name, "--device", "cpu", "--prompt", "abc"])
+    assert "keys kv, values identity, split 2, tail 1, rows none" in capsys.readouterr().err

@@ -19,6 +19,8 @@ FORBIDDEN = {
     "gpu.maps": ("gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
     "gpu.data": ("gpu.core", "gpu.maps", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
     "gpu.eval": ("gpu.tools", "gpu.cli"),
+    # the vLLM plugin is product: it reads the engine's configuration and maps, never the lab
+    "gpu.serving": ("gpu.data", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
 }
 PACKAGES = ("rfmath", "rfmodel", "gpu", "proofs_check")
 

@@ -85,5 +85,8 @@ def run(model: str, maps: str | None, port: int, host: str, dtype: str, max_mode
     print(f"ridgefill serve: {summary}; http://{host}:{port}/v1", flush=True)
     env = dict(os.environ)
     env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    # every core for the model's threads (vLLM's ``auto`` keeps one for the front end, which
+    # leaves one thread of two here)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
     os.execve(argv[0], argv, env)
     return 0

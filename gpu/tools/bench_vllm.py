@@ -71,6 +71,13 @@ def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str) -> dict
     return out
 
 
+def all_cores() -> str:
+    """vLLM's CPU thread binding over every core of this process (its ``auto`` keeps one core
+    for the front end: on 2 cores a single thread would prefill)."""
+    cores = sorted(os.sched_getaffinity(0))
+    return ",".join(map(str, cores))
+
+
 def first_token_seconds(llm, ids: list[int]) -> float:
     """Wall time of a one-token generation of ``ids`` (the prefill and one sampling step)."""
     from vllm import SamplingParams
@@ -150,6 +157,7 @@ def _line(r: dict) -> str:
 def run(opts: BenchOptions) -> int:
     """Every model at its lengths; bench.json rewritten after every record (resumable)."""
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
     out = Path(opts.out_dir) / "vllm"
     path = out / f"bench-{opts.dtype}.json"
     prior = prior_records(path, opts.resume)
