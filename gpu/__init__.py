@@ -8,15 +8,11 @@
 NVIDIA's kvpress pipeline (the ``kvpress`` extra; imported on first use, so ``import gpu`` does
 not import kvpress, and ``from gpu import *`` leaves it out); ``RidgeFill`` is the convenience
 class over a built-in or local model. The packages: ``core`` (the engine), ``maps`` (map files,
-fit), ``data`` (texts), ``eval`` (the research harness), ``tools`` (bench, demo, studies),
+fit), ``serving`` (RidgeFill inside vLLM), ``data`` (texts), ``eval`` (the research harness),
+``tools`` (bench, demo, studies),
 ``cli``.
 """
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("ridgefill")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.1.0+src"
+from .version import __version__
 
 # the public names, imported on first use: ``import gpu.serving.plugin`` (which vLLM loads in
 # every process it starts) then imports neither torch's engine nor numba

@@ -1,8 +1,6 @@
 """The ``ridgefill`` command line: fit, generate, serve, demo, eval, bench, advise."""
 from __future__ import annotations
 
-from . import __version__
-
 import argparse
 import json
 import sys
@@ -11,6 +9,7 @@ from pathlib import Path
 import re
 from dataclasses import MISSING, fields
 
+from .version import __version__
 from .core.advised import ADVISABLE, DEMO_MODEL
 from .maps.files import KINDS
 from .core.config import PrefillConfig

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from rfmodel.atomic import atomic_path
 from rfmodel.maps import quantize_int8
 
-from .. import __version__
+from ..version import __version__
 from ..core import models
 from ..core.models import fingerprint as model_fingerprint
 
