@@ -9,8 +9,7 @@ NVIDIA's kvpress pipeline (the ``kvpress`` extra; imported on first use, so ``im
 not import kvpress, and ``from gpu import *`` leaves it out); ``RidgeFill`` is the convenience
 class over a built-in or local model. The packages: ``core`` (the engine), ``maps`` (map files,
 fit), ``serving`` (RidgeFill inside vLLM), ``data`` (texts), ``eval`` (the research harness),
-``tools`` (bench, demo, studies),
-``cli``.
+``tools`` (bench, demo, studies), ``cli``.
 """
 from .version import __version__
 
