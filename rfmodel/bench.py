@@ -1,4 +1,4 @@
-"""Numba-vs-NumPy speed of rfmodel's kernels at realistic sizes (issue 3, "Done when").
+"""Numba-vs-NumPy speed of rfmodel's kernels at realistic sizes .
 
 ``run_kernel_bench()`` times each kernel against its NumPy twin in one process, on the same
 inputs, interleaved, after a warm-up (compilation, reported separately), and prints one line

@@ -326,7 +326,7 @@ def combine(budget: int, *ranked_lists) -> np.ndarray:
 
 def row_budget(share: float, n_prefix: int) -> int:
     """``floor(share * n_prefix)`` rows: the budget of a selector capped at ``share`` of the
-    prefix (issue 9's combined selector), robust to the float rounding of ``share * n``."""
+    prefix (the combined selector), robust to the float rounding of ``share * n``."""
     return int(np.floor(_v.unit_share(share, "share") * _prefix(n_prefix) + 1e-9))
 
 

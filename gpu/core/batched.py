@@ -1,4 +1,4 @@
-"""The batched fill (paper 2.2; issue 21): the filled rows' cache entries of every late
+"""The batched fill (paper 2.2): the filled rows' cache entries of every late
 attention layer from one pass over x_S, before the layers are walked in order.
 
 A filled row's entry in layer l depends only on x_S: the prediction A_l x_S + b_l, then the

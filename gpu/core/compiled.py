@@ -1,4 +1,4 @@
-"""The late walk's dense per-layer work under ``torch.compile`` (paper 2.1; issue 21).
+"""The late walk's dense per-layer work under ``torch.compile`` (paper 2.1).
 
 The computed rows (the tail and the exact rows) walk the late layers one at a time; on an
 accelerator each layer is a string of small kernels: input norm, Q/K/V projections, key/query

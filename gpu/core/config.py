@@ -16,7 +16,7 @@ FILLS = ("ridge", "anchored", "kv", "identity", "none", "exact")
 MAP_FILLS = ("ridge", "anchored", "kv")  # fills read from a map file of that kind
 SOURCES = ("ridge", "anchored", "kv", "identity")  # where a filled row's values may come from
 ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
-# chosen by measurement (issue 9): top of gpu.tools.selector_study's stated ranking on both
+# chosen by measurement: top of gpu.tools.selector_study's stated ranking on both
 # built-in models, results/selectors/<model>/summary.md
 DEFAULT_ROWS = "lexical"
 RESCALES = ("values", "keys")

@@ -221,7 +221,7 @@ def _runs(rows: np.ndarray) -> list[np.ndarray]:
 
 @dataclass
 class CombinedRows(Selector):
-    """Every base rule under one row budget (issue 9): ``floor(cap * n_prefix)`` rows at most,
+    """Every base rule under one row budget: ``floor(cap * n_prefix)`` rows at most,
     filled in priority order by whole units, each completed to its words and digit runs
     (``complete``) and skipped when it no longer fits, so the cap always holds and no number is
     ever half exact:

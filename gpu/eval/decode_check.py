@@ -1,4 +1,4 @@
-"""The decode-time check of paper Appendix I.4, as an evaluation arm (issue 20).
+"""The decode-time check of paper Appendix I.4, as an evaluation arm.
 
 At every decoding step the new token runs the lower layers with the model's own code and
 the late layers through the engine's late walk (gpu.core.late), which adds up, for every

@@ -1,4 +1,4 @@
-"""The frontier's summary (issue 20): per arm, quality against cost, paired with exact and
+"""The frontier's summary: per arm, quality against cost, paired with exact and
 with POP native; the dominating points; paper 6.4's test; markdown, JSON and one PNG.
 
 Reads only the harness's report (gpu.eval.report: intervals resampled within task or
@@ -13,7 +13,7 @@ from rfmodel.atomic import atomic_path, write_json, write_text
 from .instruments import Arm
 from .report import MARGIN_POP
 
-# The rule for "at least as good as POP at no more cost", stated before any number (issue 20):
+# The rule for "at least as good as POP at no more cost", stated before any number:
 # MAC share <= POP native's, retrieval non-inferior to POP native at the 3-point margin
 # (one-sided 95% bound with the binomial floor), and key-token dNLL no higher than POP
 # native's in point estimate (its paired interval is shown beside it).

@@ -51,7 +51,7 @@ def depth(fraction: float, n_layers: int) -> int:
 
 
 def study_config(model: str, n_layers: int, *, chat: bool = True) -> EvalConfig:
-    """The grid of issue 5 for the built-in models (any other model: smollm2's shape, chat
+    """The study's grid for the built-in models (any other model: smollm2's shape, chat
     prompts as ``chat`` says)."""
     if model == "gemma3-270m":  # base model, QK-norm: completion prompts, tail 1,024
         return EvalConfig(model, (depth(3 / 8, n_layers),), 1024,

@@ -21,7 +21,7 @@ writes its partial report. Under torchrun each rank measures a disjoint, seed-de
 into ``records.rank<r>-of-<w>.jsonl`` and rank 0 reports on the merged shares (gpu.eval.shard). Maps are fitted once with gpu.maps.fit on the built-in calibration set
 and cached under ``<out>/<model>/maps``.
 
-``ridgefill eval study`` runs the grid of issue 5 (``make eval``); ``ridgefill eval mini``
+``ridgefill eval study`` runs the study's grid (``make eval``); ``ridgefill eval mini``
 runs every instrument once on a tiny random Llama with a tokenizer trained on synthetic text
 (for CI, well under two minutes on two cores).
 """

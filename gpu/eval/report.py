@@ -275,7 +275,7 @@ def splices(needles: dict, docs: dict, meta: dict) -> dict:
 
 def findings(con: list[dict], ni: list[dict], meta: dict) -> list[dict]:
     """The paper's findings to test, each confirmed / refuted / inconclusive with the
-    interval it rests on (issue 5)."""
+    interval it rests on."""
     S, others, _ = _names(meta)
     find = {(c["a"], c["b"]): c for c in con}
     out = []

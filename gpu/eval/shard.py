@@ -1,4 +1,4 @@
-"""Sharding an evaluation across processes and machines under torchrun (issue 20).
+"""Sharding an evaluation across processes and machines under torchrun.
 
 Each rank measures a disjoint, seed-determined share of the units (a unit belongs to rank
 ``hash(seed, unit) mod world``) and appends to its own journal,

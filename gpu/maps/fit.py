@@ -307,7 +307,7 @@ SPEED_DOCS = 3  # captured documents the plain forward is timed on (one forward 
 
 
 def throughput(loaded: Loaded, timed: list[tuple[torch.Tensor, float]]) -> dict:
-    """Capture speed against the model's own forward at the same length (issue 21). ``timed``:
+    """Capture speed against the model's own forward at the same length. ``timed``:
     (ids, seconds) of each document this process captured (tokenizing, the capture forward,
     the moment update). The longest ``SPEED_DOCS`` of them (the first left out: it warms up)
     each get one plain forward of the same ids; the share is the median over those documents

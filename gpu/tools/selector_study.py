@@ -1,4 +1,4 @@
-"""The selector study of issue 9: which exact prefix rows keep filled-region retrieval.
+"""The selector study: which exact prefix rows keep filled-region retrieval.
 
 ``python -m gpu.tools.selector_study --models smollm2-135m gemma3-270m --samples 10`` runs, through
 the evaluation harness (gpu.eval.harness.evaluate_model, resumable JSONL journal under
@@ -141,7 +141,7 @@ def summarize(rep: dict, timing: dict, arms: list[Arm], meta: dict) -> dict:
     return summ
 
 
-MAX_SHARE, MARGIN = 0.10, 5.0  # issue 9: at most 10% of prefix rows exact, within 5 points
+MAX_SHARE, MARGIN = 0.10, 5.0  # at most 10% of prefix rows exact, within 5 points
 
 
 def rank_selectors(summ: dict) -> list[dict]:
@@ -184,7 +184,7 @@ def _num(x, nd=2):
 
 def markdown(summ: dict) -> str:
     units = summ.get("timing_units", 1)
-    L = [f"# Selector study (issue 9){' — PARTIAL RUN' if summ['partial'] else ''}", "",
+    L = [f"# Selector study{' — PARTIAL RUN' if summ['partial'] else ''}", "",
          f"Model {summ['model']}, split {summ['split']}, tail {summ['tail']}, prompt lengths "
          f"{summ['lengths']}, tasks {summ['tasks']}, {summ['samples']} filled-region samples in "
          f"all (seed {summ['seed']}); needles from eval-role haystacks (never calibration). "
