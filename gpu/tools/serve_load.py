@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--requests", type=int, default=16, help="prompts per load level")
     p.add_argument("--load-lengths", type=int, nargs=2, default=(2048, 4096))
-    p.add_argument("--concurrency", type=int, nargs="+", default=(1, 4, 8))
+    p.add_argument("--concurrency", type=int, nargs="*", default=(1, 4, 8),
+                   help="load levels (none: quality only)")
     p.add_argument("--needles", type=int, default=120, help="quality prompts (0: none)")
     p.add_argument("--length", type=int, default=2048, help="quality prompts' length")
     p.add_argument("--seed", type=int, default=0)
@@ -138,21 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     result = json.loads(path.read_text()) if path.exists() else {}
     result.update({"command": "python -m gpu.tools.serve_load " + " ".join(argv or sys.argv[1:]),
                    "seed": a.seed, "date": time.strftime("%Y-%m-%d")})
-    for arm in ARMS:
-        if arm in result.get("arms", {}):
-            continue  # resumable: an arm measured is kept
+    for arm in ARMS:  # resumable: what an arm measured is kept
+        rec = result.setdefault("arms", {}).setdefault(arm, {})
+        todo_load = bool(a.concurrency) and "load" not in rec
+        todo_quality = bool(needles) and "quality" not in rec
+        if not (todo_load or todo_quality):
+            continue
         proc = serve(name, arm, a.port, out / f"serve-{arm}.log")
         try:
             ask(a.port, name, load[0][0], 1)  # warm-up
-            rec = {"load": [run_level(a.port, name, load, c, 24)
-                            for c in tqdm(a.concurrency, desc=f"{arm} load", unit="level")]}
-            if needles:
+            if todo_load:
+                rec["load"] = [run_level(a.port, name, load, c, 24)
+                               for c in tqdm(a.concurrency, desc=f"{arm} load", unit="level")]
+                write_json(path, result)
+            if todo_quality:
                 rec["quality"] = run_level(a.port, name, needles, 4, 24)
+                write_json(path, result)
         finally:
             proc.terminate()
             proc.wait(60)
-        result.setdefault("arms", {})[arm] = rec
-        write_json(path, result)
     if needles and all("quality" in r for r in result["arms"].values()):
         s, r = (np.asarray(result["arms"][k]["quality"]["scores"]) for k in ("stock", "advised"))
         iv = paired_bootstrap(r * 100, s * 100)
@@ -163,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(path, result)
     print(json.dumps({k: v for k, v in result.items() if k != "arms"}, indent=1))
     for arm, rec in result["arms"].items():
-        for lv in rec["load"]:
+        for lv in rec.get("load", []):
             print(f"{arm} x{lv['concurrency']}: TTFT p50 {lv['ttft_p50']:.2f} s p95 "
                   f"{lv['ttft_p95']:.2f} s, {lv['requests_per_minute']:.1f} req/min, "
                   f"{lv['complete']}/{lv['requests']} complete, {lv['mixed']} mixed")
