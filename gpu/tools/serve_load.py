@@ -5,7 +5,8 @@ a time on localhost, the same requests to both.
 Each request is a needle prompt of the project's generator (niah_single_1, chat template,
 seed ``--seed``; its own magic number), sent to ``/v1/completions`` with streaming so the
 first chunk's arrival is the time to first token. Load: ``--requests`` prompts of
-``--load-lengths`` tokens at 1 / 4 / 8 concurrent requests (a bounded thread pool): TTFT
+``--load-lengths`` tokens (alternating; new prompts for every level, so stock vLLM's prefix
+cache never answers one) at 1 / 4 / 8 concurrent requests (a bounded thread pool): TTFT
 p50 / p95, requests per minute, and every response checked complete (a finish reason, text)
 and unmixed (no other request's magic number in it). Quality: ``--needles`` prompts of
 ``--length`` tokens at 4 concurrent requests, scored as RULER scores (every expected value in
@@ -130,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     name, folder = models.resolve(a.model)
     tok = AutoTokenizer.from_pretrained(folder)
     short, long_ = a.load_lengths
-    load = [x for i in range(a.requests) for x in needle_prompts(
-        tok, 1, short if i % 2 == 0 else long_, a.seed + 1000 + i)]
+    # every level its own prompts: stock vLLM caches prefixes, a repeated prompt would not be
+    # prefilled again
+    load = [[x for i in range(a.requests) for x in needle_prompts(
+        tok, 1, short if i % 2 == 0 else long_, a.seed + 1000 + 100 * c + i)]
+        for c in a.concurrency]
     needles = needle_prompts(tok, a.needles, a.length, a.seed) if a.needles else []
     out = a.out_dir / name
     out.mkdir(parents=True, exist_ok=True)
@@ -147,10 +151,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         proc = serve(name, arm, a.port, out / f"serve-{arm}.log")
         try:
-            ask(a.port, name, load[0][0], 1)  # warm-up
+            ask(a.port, name, needle_prompts(tok, 1, short, a.seed + 999)[0][0], 1)  # warm-up
             if todo_load:
-                rec["load"] = [run_level(a.port, name, load, c, 24)
-                               for c in tqdm(a.concurrency, desc=f"{arm} load", unit="level")]
+                rec["load"] = [run_level(a.port, name, prompts, c, 24) for c, prompts in
+                               tqdm(list(zip(a.concurrency, load)), desc=f"{arm} load",
+                                    unit="level")]
                 write_json(path, result)
             if todo_quality:
                 rec["quality"] = run_level(a.port, name, needles, 4, 24)
