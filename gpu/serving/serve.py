@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core import models
 from ..core.advised import default_config
 from ..maps.files import cached_maps, load_maps
-from .settings import ENGINE_ARGS, check, model_type, overrides
+from .settings import ENGINE_ARGS, all_cores, check, model_type, overrides
 
 # vLLM flags the RidgeFill path sets itself (its plan is per whole prompt)
 FIXED = ("--enable-prefix-caching", "--enable-chunked-prefill")
@@ -85,8 +85,6 @@ def run(model: str, maps: str | None, port: int, host: str, dtype: str, max_mode
     print(f"ridgefill serve: {summary}; http://{host}:{port}/v1", flush=True)
     env = dict(os.environ)
     env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    # every core for the model's threads (vLLM's ``auto`` keeps one for the front end, which
-    # leaves one thread of two here)
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
     os.execve(argv[0], argv, env)
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from ..core.config import PrefillConfig
@@ -21,6 +22,12 @@ PREFIX = "RidgeFill"           # RidgeFill's variant of vLLM's class X is named 
 KEY = "ridgefill"              # the model-config key that carries the settings
 # vLLM engine arguments RidgeFill needs (the plan is per prompt: see gpu.serving.rows)
 ENGINE_ARGS = {"enable_prefix_caching": False, "enable_chunked_prefill": False}
+
+
+def all_cores() -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` over every core of this process: vLLM's ``auto`` keeps one
+    core for its front end, which leaves one thread of two on a 2-core machine."""
+    return ",".join(map(str, sorted(os.sched_getaffinity(0))))
 
 
 def check(config: PrefillConfig) -> None:

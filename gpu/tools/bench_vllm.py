@@ -33,7 +33,7 @@ from ..core.archspec import arch_of
 from ..core.config import PrefillConfig, pop_split
 from ..eval.instruments import cost_arm
 from ..maps.files import cached_maps
-from ..serving.settings import ENGINE_ARGS, overrides
+from ..serving.settings import ENGINE_ARGS, all_cores, overrides
 from .bench_options import BenchOptions
 from .bench_records import prior_records
 from .bench import prompt_ids
@@ -69,13 +69,6 @@ def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str) -> dict
                 if cfg.needs_maps else None)
         out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **one_pass)
     return out
-
-
-def all_cores() -> str:
-    """vLLM's CPU thread binding over every core of this process (its ``auto`` keeps one core
-    for the front end: on 2 cores a single thread would prefill)."""
-    cores = sorted(os.sched_getaffinity(0))
-    return ",".join(map(str, cores))
 
 
 def first_token_seconds(llm, ids: list[int]) -> float:
