@@ -286,3 +286,12 @@ def run_plan(engine, ids, plan, fill: str, *, logits_rows: int | None = None, pr
     rows = plan.exact_rows if selector is None else None
     return engine.prefill(ids, cfg, Extras(splice, exact_cache, selector, rows, deltas),
                           prompt=prompt, logits_rows=logits_rows, keep_x_split=keep_x_split)
+
+
+def free_port() -> int:
+    """A localhost TCP port nothing listens on (a server a test starts binds it)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

