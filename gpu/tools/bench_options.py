@@ -8,6 +8,8 @@ from pathlib import Path
 from ..core.config import option
 from ..core.models import SMALL
 
+VLLM_ARMS = ("stock", "stock-one-pass", "advised", "pop")   # gpu.tools.bench_vllm's engines
+
 
 @dataclass(frozen=True)
 class BenchOptions:
@@ -41,6 +43,9 @@ class BenchOptions:
                          choices=("transformers", "vllm"))
     dtype: str = option("bfloat16", "--engine vllm: vLLM's dtype (bf16: its fast path on the "
                                     "CPU)", choices=("bfloat16", "float32"))
+    arms: tuple[str, ...] = option(VLLM_ARMS, "--engine vllm: the engines to start and time "
+                                   "(fewer where four of the model do not fit in memory)",
+                                   choices=VLLM_ARMS)
     reference: bool = option(True, "--engine vllm: also the project's transformers engine, "
                                    "exact prefill in fp32, once per length")
     random_weights: bool = option(False, "the built-in architectures with random weights "

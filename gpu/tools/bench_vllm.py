@@ -34,11 +34,10 @@ from ..core.config import PrefillConfig, pop_split
 from ..eval.instruments import cost_arm
 from ..maps.files import cached_maps
 from ..serving.settings import ENGINE_ARGS, all_cores, overrides
-from .bench_options import BenchOptions
+from .bench_options import VLLM_ARMS, BenchOptions
 from .bench_records import prior_records
 from .bench import prompt_ids
 
-ARMS = ("stock", "stock-one-pass", "advised", "pop")
 SETTLE = 1.5                # seconds between timings (vLLM's idle busy-poll is 1 s)
 KV_CACHE_BYTES = 1 << 30    # per engine: a 16K prompt of the 1.5B needs 0.45 GiB
 LENGTHS = {"qwen2.5-coder-0.5b": (2048, 4096, 8192, 16384),
@@ -55,16 +54,21 @@ def configs(name: str, n_layers: int) -> dict[str, PrefillConfig]:
             "pop": PrefillConfig(fill="identity", split=pop_split(n_layers), tail=1, rows="none")}
 
 
-def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str) -> dict:
-    """One vLLM engine per arm (see the module docstring)."""
+def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -> dict:
+    """One vLLM engine per arm of ``arms`` (see the module docstring)."""
     from vllm import LLM
 
     common = dict(dtype=dtype, max_model_len=n_max + 64, kv_cache_memory_bytes=KV_CACHE_BYTES,
                   enable_prefix_caching=False, seed=0)
     one_pass = dict(common, max_num_batched_tokens=n_max + 64, **ENGINE_ARGS)
-    out = {"stock": LLM(str(folder), **common),
-           "stock-one-pass": LLM(str(folder), **one_pass)}
+    out = {}
+    if "stock" in arms:
+        out["stock"] = LLM(str(folder), **common)
+    if "stock-one-pass" in arms:
+        out["stock-one-pass"] = LLM(str(folder), **one_pass)
     for arm, cfg in cfgs.items():
+        if arm not in arms:
+            continue
         maps = (cached_maps(name, folder, cfg.split, cfg.map_kinds[0])
                 if cfg.needs_maps else None)
         out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **one_pass)
@@ -101,22 +105,27 @@ def transformers_exact(name: str, ids) -> float:
     return seconds
 
 
-def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool):
-    """Yield one record per prompt length (module docstring)."""
+def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool,
+                arms=VLLM_ARMS):
+    """Yield one record per prompt length (module docstring); ``arms`` must hold stock, the
+    base of every ratio."""
+    if "stock" not in arms:
+        raise ValueError("--arms must include stock: every speedup is over stock vLLM")
     from transformers import AutoConfig, AutoTokenizer
 
     _, folder = models.resolve(name)
     tok = AutoTokenizer.from_pretrained(folder)
     arch = arch_of(AutoConfig.from_pretrained(folder))
     cfgs = configs(name, arch.n_layers)
-    llms = engines(name, folder, cfgs, max(lengths), dtype)
+    cfgs = {arm: cfg for arm, cfg in cfgs.items() if arm in arms}
+    llms = engines(name, folder, cfgs, max(lengths), dtype, arms)
     for n in lengths:
         ids = prompt_ids(models.Loaded(None, tok, name, folder), n)
-        for arm in ARMS:                       # warm-up: each arm once, untimed
+        for arm in llms:                       # warm-up: each arm once, untimed
             first_token_seconds(llms[arm], ids[0].tolist())
-        times = {arm: [] for arm in ARMS}
+        times = {arm: [] for arm in llms}
         for _ in tqdm(range(repeats), desc=f"{name} {n} tokens", unit="round"):
-            for arm in ARMS:
+            for arm in llms:
                 times[arm].append(first_token_seconds(llms[arm], ids[0].tolist()))
         med = {arm: statistics.median(t) for arm, t in times.items()}
         rec = {"model": name, "n": n, "dtype": dtype, "repeats": repeats, "engine": "vllm",
@@ -127,9 +136,10 @@ def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool):
             rec[arm] = {"config": {k: getattr(cfg, k) for k in
                                    ("fill", "values_fill", "split", "tail", "rows")},
                         "speedup": med["stock"] / med[arm],
-                        "speedup_over_one_pass": med["stock-one-pass"] / med[arm],
                         "ceiling_macs": ceiling,
                         "share_of_mac_ceiling": med["stock"] / med[arm] / ceiling}
+            if "stock-one-pass" in med:
+                rec[arm]["speedup_over_one_pass"] = med["stock-one-pass"] / med[arm]
         if reference:
             rec["transformers_exact_fp32_seconds"] = transformers_exact(name, ids)
         print(_line(rec), flush=True)
@@ -137,14 +147,18 @@ def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool):
 
 
 def _line(r: dict) -> str:
-    a, p = r["advised"], r["pop"]
-    ref = r.get("transformers_exact_fp32_seconds")
-    return (f"{r['model']} {r['n']} tokens ({r['dtype']}): stock vLLM "
-            f"{r['median_seconds']['stock']:.2f} s (one pass "
-            f"{r['median_seconds']['stock-one-pass']:.2f} s); RidgeFill advised "
-            f"{a['speedup']:.2f}x ({a['share_of_mac_ceiling']:.0%} of its {a['ceiling_macs']:.2f}x "
-            f"ceiling; {a['speedup_over_one_pass']:.2f}x over one pass); POP {p['speedup']:.2f}x"
-            + (f"; transformers exact fp32 {ref:.2f} s" if ref else ""))
+    med, ref = r["median_seconds"], r.get("transformers_exact_fp32_seconds")
+    parts = [f"{r['model']} {r['n']} tokens ({r['dtype']}): stock vLLM {med['stock']:.2f} s"]
+    if "stock-one-pass" in med:
+        parts.append(f"stock in one pass {med['stock-one-pass']:.2f} s")
+    for arm in ("advised", "pop"):
+        if arm in r:
+            a = r[arm]
+            parts.append(f"{arm} {a['speedup']:.2f}x ({a['share_of_mac_ceiling']:.0%} of its "
+                         f"{a['ceiling_macs']:.2f}x ceiling)")
+    if ref:
+        parts.append(f"transformers exact fp32 {ref:.2f} s")
+    return "; ".join(parts)
 
 
 def run(opts: BenchOptions) -> int:
@@ -169,7 +183,8 @@ def run(opts: BenchOptions) -> int:
                    if (name, n, opts.repeats) not in done]
         if not lengths:
             continue
-        for rec in bench_model(name, lengths, opts.repeats, opts.dtype, opts.reference):
+        for rec in bench_model(name, lengths, opts.repeats, opts.dtype, opts.reference,
+                               opts.arms):
             records.append({k: info[k] for k in ("command", "date", "machine")} | rec)
             write_json(path, {**info, "complete": False, "records": kept()})
     write_json(path, {**info, "complete": True, "records": kept(),

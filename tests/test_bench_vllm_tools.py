@@ -1,0 +1,60 @@
+"""The vLLM bench's and profile's own arithmetic, without starting vLLM: the trace's self
+times against hand-computed nesting, the ``--arms`` flag, and the refusal of a run with no
+stock arm to divide by."""
+from __future__ import annotations
+
+import pytest
+
+from gpu import cli
+from gpu.tools.bench_options import VLLM_ARMS, BenchOptions
+from gpu.tools.profile_vllm import analyse, self_times
+
+
+def _event(name, ts, dur, tid=1, cat="cpu_op"):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 7, "tid": tid}
+
+
+def test_self_times_subtract_direct_children_per_thread():
+    events = [_event("stage", 0, 100, cat="user_annotation"),
+              _event("aten::mm", 10, 30), _event("aten::add", 12, 5),   # add inside mm
+              _event("aten::mm", 50, 20),
+              _event("aten::mm", 0, 1000, tid=2),                       # another thread
+              {"ph": "i", "name": "marker", "ts": 5, "pid": 7, "tid": 1},
+              _event("gpu_kernel", 0, 999, cat="kernel")]
+    own, total = self_times(events)
+    assert total["stage"] == pytest.approx(100e-6)
+    assert own["stage"] == pytest.approx((100 - 30 - 20) * 1e-6)
+    assert own["aten::add"] == pytest.approx(5e-6)
+    assert own["aten::mm"] == pytest.approx((30 - 5 + 20 + 1000) * 1e-6)
+    assert total["aten::mm"] == pytest.approx(1050e-6)
+    assert "marker" not in total and "gpu_kernel" not in total
+
+
+def test_analysis_of_a_profile():
+    rec = {"stock-one-pass": {"wall_seconds": 10.0}, "stock-eager": {"wall_seconds": 12.5},
+           "advised": {"wall_seconds": 8.0, "stages_seconds": {
+               "ridgefill.lower": 5.0, "ridgefill.fill": 1.0, "ridgefill.exact_rows": 1.5}}}
+    a = analyse(rec)
+    assert a["stock_compiled_over_eager"] == pytest.approx(0.8)
+    assert a["lower_if_compiled_saves_seconds"] == pytest.approx(1.0)
+    assert a["outside_stages_seconds"] == pytest.approx(0.5)
+    assert a["speedup_measured"] == pytest.approx(1.25)
+    assert a["speedup_if_lower_compiled"] == pytest.approx(10 / 7)
+
+
+def test_arms_flag():
+    parser = cli.build_parser()
+    opts = cli.options_from_args(parser.parse_args(["bench", "--engine", "vllm", "--arms",
+                                                    "stock", "advised"]), BenchOptions)
+    assert opts.arms == ("stock", "advised")
+    assert cli.options_from_args(parser.parse_args(["bench"]), BenchOptions).arms == VLLM_ARMS
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--arms", "stock", "fast"])
+
+
+def test_a_run_without_stock_is_refused_before_any_engine_starts():
+    pytest.importorskip("vllm")
+    from gpu.tools.bench_vllm import bench_model
+
+    with pytest.raises(ValueError, match="--arms must include stock"):
+        next(bench_model("qwen2.5-coder-0.5b", [2048], 1, "bfloat16", False, ("advised",)))
