@@ -27,11 +27,7 @@ from pathlib import Path
 
 from rfmodel.atomic import write_json
 
-from ..core import models
 from ..serving.settings import ENGINE_ARGS, all_cores, overrides
-from ..maps.files import cached_maps
-from .bench import prompt_ids
-from .bench_vllm import KV_CACHE_BYTES, configs, first_token_seconds
 
 STAGES = ("ridgefill.lower", "ridgefill.fill", "ridgefill.exact_rows")
 ARMS = ("stock-one-pass", "stock-eager", "advised")
@@ -63,6 +59,8 @@ def profile_arm(folder: Path, kwargs: dict, ids: list[int], out: Path) -> dict:
     """One engine: a warm-up prefill, then one profiled; its trace read back."""
     from vllm import LLM
 
+    from .bench_vllm import first_token_seconds
+
     out.mkdir(parents=True, exist_ok=True)
     llm = LLM(str(folder), profiler_config={"profiler": "torch", "torch_profiler_dir": str(out),
                                             "torch_profiler_with_stack": False,
@@ -89,10 +87,16 @@ def profile_arm(folder: Path, kwargs: dict, ids: list[int], out: Path) -> dict:
 
 
 def run(name: str, n: int, dtype: str, out: Path) -> dict:
-    """The three engines one after another (module docstring); the record written."""
+    """The three engines one after another (module docstring); the record written. The lab's
+    modules are imported here, not at the top: vLLM's spawned workers import this module
+    again, and its kernel scan fails on numba's objects (gpu/__init__)."""
     from transformers import AutoConfig, AutoTokenizer
 
+    from ..core import models
     from ..core.archspec import arch_of
+    from ..maps.files import cached_maps
+    from .bench import prompt_ids
+    from .bench_vllm import KV_CACHE_BYTES, configs
 
     _, folder = models.resolve(name)
     tok = AutoTokenizer.from_pretrained(folder)
@@ -101,7 +105,7 @@ def run(name: str, n: int, dtype: str, out: Path) -> dict:
     maps = cached_maps(name, folder, cfg.split, cfg.map_kinds[0]) if cfg.needs_maps else None
     ids = prompt_ids(models.Loaded(None, tok, name, folder), n)[0].tolist()
     one_pass = dict(dtype=dtype, max_model_len=n + 64, kv_cache_memory_bytes=KV_CACHE_BYTES,
-                    enable_prefix_caching=False, seed=0, max_num_batched_tokens=n + 64,
+                    seed=0, max_num_batched_tokens=n + 64,
                     **ENGINE_ARGS)
     kwargs = {"stock-one-pass": one_pass, "stock-eager": dict(one_pass, enforce_eager=True),
               "advised": dict(one_pass, hf_overrides=overrides(folder, cfg, maps))}
