@@ -23,6 +23,7 @@ from .core.advised import default_config
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
 from .conversation import Conversation
+from .maps.advice import advice_of, announce, read_advice
 from .maps.files import MapSet, cached_maps, load_maps
 from .press import run_prefill
 
@@ -62,7 +63,7 @@ class RidgeFill:
 
     def __init__(self, loaded: models.Loaded, maps: MapSet | None = None,
                  config: PrefillConfig | None = None, **settings):
-        config = _config(config, settings, loaded.name)
+        config = _config(config, settings, loaded.name, advice_of(maps))
         if maps is not None and config.fill == "exact":
             raise ValueError(
                 f"maps were given but the configuration's fill is 'exact' (for a built-in model "
@@ -76,9 +77,12 @@ class RidgeFill:
     @classmethod
     def load(cls, model: str, maps: str | None = None, config: PrefillConfig | None = None, *,
              device=None, dtype: torch.dtype | None = None, **settings) -> "RidgeFill":
-        """Load a built-in model or a local Hugging Face folder, and its map file."""
+        """Load a built-in model or a local Hugging Face folder, and its map file (with the
+        configuration advised for it when one was written beside it and ``config`` is not
+        given: gpu.maps.advice)."""
         loaded = models.load(model, device=device, dtype=dtype)
-        config = _config(config, settings, loaded.name)
+        config = _config(config, settings, loaded.name,
+                         read_advice(maps) if config is None else None)
         paths = ({config.map_kinds[0]: maps} if maps is not None else
                  _cached(loaded, config) if config.needs_maps else {})
         found = {kind: load_maps(path, loaded.model, split=config.split,
@@ -148,10 +152,16 @@ class RidgeFill:
         return Conversation(self, document, chat)
 
 
-def _config(config: PrefillConfig | None, settings: dict, model: str) -> PrefillConfig:
-    """``config``, or ``model``'s default configuration (gpu.core.advised: the advisor's choice
-    for a built-in model) with the keyword settings applied (not both)."""
+def _config(config: PrefillConfig | None, settings: dict, model: str,
+            advice: dict | None = None) -> PrefillConfig:
+    """``config``, or the default configuration (the ``advice`` written beside the maps, else
+    gpu.core.advised's choice for a built-in model; the advice said in one line) with the
+    keyword settings applied (not both)."""
     if config is not None and settings:
         raise ValueError(f"pass either config=PrefillConfig(...) or its fields as keywords, not "
                          f"both (got config and {sorted(settings)})")
-    return config if config is not None else default_config(model, **settings)
+    if config is not None:
+        return config
+    if advice is not None:
+        announce(advice)
+    return default_config(model, advice, **settings)

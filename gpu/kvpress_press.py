@@ -32,20 +32,25 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
-from .press import run_prefill
+from .press import maps_config, run_prefill
 
 
 @dataclass
 class RidgeFillKVPress(BasePress):
     """``pipe(context, question=q, press=RidgeFillKVPress(maps, config, tokenizer))``: the
     context's prefill is RidgeFill's under ``config`` (``maps`` from :func:`gpu.load_maps`, None
-    for fill identity/exact; ``tokenizer`` for the text-reading row selectors). The model is
-    restored on exit, exceptions included."""
+    for fill identity/exact; ``config`` None: the maps' advice, gpu.press.maps_config;
+    ``tokenizer`` for the text-reading row selectors). The model is restored on exit,
+    exceptions included."""
 
     maps: object = None
-    config: PrefillConfig = field(default_factory=PrefillConfig)
+    config: PrefillConfig | None = None
     tokenizer: object = None
     last: Prefill | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.config is None:
+            self.config = maps_config(self.maps)
 
     @contextmanager
     def __call__(self, model):

@@ -18,9 +18,22 @@ import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .core import prompt as prompts
+from .core.advised import default_config
 from .core.cache import outside_inference
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
+from .maps.advice import advice_of, announce
+
+
+def maps_config(maps) -> PrefillConfig:
+    """The configuration ``prefill`` and the presses run when given none: the advice ``maps``
+    (a map set, or {kind: map set}) carry (gpu.maps.advice; said in one line), else the
+    library's defaults."""
+    advice = advice_of(maps)
+    if advice is None:
+        return PrefillConfig()
+    announce(advice)
+    return default_config("", advice)
 
 
 def run_prefill(engine: Engine, ids: torch.Tensor, config: PrefillConfig, tokenizer=None,
@@ -44,8 +57,9 @@ def prefill(model, input_ids: torch.Tensor, maps=None, config: PrefillConfig | N
     """An ordinary transformers Cache holding the RidgeFill prefill of ``input_ids[:, :-1]``
     on a stock ``AutoModelForCausalLM``, so ``model.generate(input_ids, cache=...)`` (or
     ``past_key_values=``) continues from it: the last prompt token runs as the first
-    full-depth step. ``maps`` from :func:`gpu.load_maps` (None for fill identity/exact)."""
-    config = config if config is not None else PrefillConfig()
+    full-depth step. ``maps`` from :func:`gpu.load_maps` (None for fill identity/exact);
+    ``config`` None: :func:`maps_config`."""
+    config = config if config is not None else maps_config(maps)
     ids = input_ids[:, :-1]
     return run_prefill(Engine(model, maps), ids, config, tokenizer).cache
 
@@ -59,7 +73,7 @@ class RidgeFillPress:
 
     def __init__(self, maps=None, config: PrefillConfig | None = None, tokenizer=None):
         self.maps, self.tokenizer = maps, tokenizer
-        self.config = config if config is not None else PrefillConfig()
+        self.config = config if config is not None else maps_config(maps)
         self.last: Prefill | None = None  # the last prefill this press ran (rows, counts)
 
     @contextmanager

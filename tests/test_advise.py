@@ -7,7 +7,10 @@ import json
 import pytest
 import torch
 
+from gpu.api import RidgeFill
+from gpu.core.config import PrefillConfig
 from gpu.eval import minimodel
+from gpu.maps.advice import read_advice
 from gpu.eval.options import FrontierOptions
 from gpu.tools.advise import (BUDGET, CONFIRM, HeldOutTexts, confirm_budget, held_out, keeps,
                               recommend)
@@ -27,7 +30,8 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
         assert main(["advise", "--model", str(model), "--lengths", "512", "--tails", "1", "96",
                      "--samples", "1", "--docs", "1", "--calib", str(calib), "--out-dir",
                      str(out), "--budget", "retrieval=100", "key=9", "--quiet",
-                     "--confirm-samples", "1", "--confirm-docs", "1"]) == 0
+                     "--confirm-samples", "1", "--confirm-docs", "1",
+                     "--maps", str(tmp_path / "mine.safetensors")]) == 0
     finally:
         torch.set_num_threads(threads)
     printed = capsys.readouterr().out
@@ -39,6 +43,17 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
     cheapest = min(r["macs_share"] for r in advice["frontier"] if r["arm"] != "exact")
     assert rec["macs_share"] == cheapest  # a budget everything keeps: the cheapest wins
     assert "recommended: " + rec["arm"] in printed and "MAC share" in printed
+    # --maps: the recommended maps and the advice beside them (gpu.maps.advice), which a
+    # load given the file alone runs; a recommendation that reads no maps writes nothing
+    kinds = PrefillConfig(**rec["config"]).map_kinds
+    if len(kinds) == 1:
+        assert read_advice(tmp_path / "mine.safetensors")["config"] == rec["config"]
+        rf = RidgeFill.load(str(model), str(tmp_path / "mine.safetensors"), device="cpu")
+        assert {k: getattr(rf.config, k) for k in rec["config"]} == rec["config"]
+        assert rf.maps.kind == kinds[0]
+    else:
+        assert not (tmp_path / "mine.safetensors").exists()
+        assert f"--maps: {rec['arm']} reads" in printed and "nothing written" in printed
     # the paper's fills and those beyond it (anchored, kv, keys and values from two fills)
     assert {r["fill"] for r in advice["frontier"]} == {"exact", "identity", "ridge", "anchored",
                                                        "kv"}

@@ -37,14 +37,14 @@ ADVISED: dict[str, dict] = {
 }
 
 
-def default_config(model: str, **settings) -> PrefillConfig:
-    """The configuration a prefill of ``model`` starts from: the advised one as a whole (its
-    tail and rows were chosen for its split, so maps fitted at another split are refused by
-    name rather than run with a tail chosen for another depth), or the library's defaults,
-    with ``settings`` on top. The advised values source belongs to the advised keys fill: a
+def default_config(model: str, advice: dict | None = None, **settings) -> PrefillConfig:
+    """The configuration a prefill of ``model`` starts from: the ``advice`` a map file carries
+    (gpu.maps.advice), else the built-in advised one, as a whole (its tail and rows were
+    chosen for its split, so maps fitted at another split are refused by name rather than run
+    with a tail chosen for another depth), or the library's defaults, with ``settings`` on top. The advised values source belongs to the advised keys fill: a
     ``fill`` given without ``values_fill`` takes its values from the same fill (``--fill
     exact`` on a model advised ``identity`` keys / ``kv`` values is exact prefill)."""
-    advised = dict(ADVISED.get(model, {}))
+    advised = dict(advice["config"] if advice else ADVISED.get(model, {}))
     if "fill" in settings and "values_fill" not in settings:
         advised.pop("values_fill", None)
     return PrefillConfig(**advised | settings)

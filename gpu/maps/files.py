@@ -22,6 +22,7 @@ from rfmodel.maps import quantize_int8
 from ..version import __version__
 from ..core import models
 from ..core.models import fingerprint as model_fingerprint
+from .advice import read_advice
 
 FORMAT = "ridgefill-maps/1"
 GROUP = 128
@@ -114,6 +115,8 @@ class MapSet:
     device: torch.device = torch.device("cpu")
     unigram: np.ndarray | None = None     # token counts of the calibration text (rarity)
     delta_M: dict[int, torch.Tensor] = field(default_factory=dict)  # GDN layer -> DeltaM (2.3)
+    advice: dict | None = None            # the configuration advised for them (gpu.maps.advice)
+    path: Path | None = None              # the file they were loaded from
     _ready: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     _stack: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -241,4 +244,4 @@ def load_maps(path: str | Path, model: torch.nn.Module | None = None, *,
                for l in meta.get("delta_M_layers", [])}
     return MapSet(int(meta["split"]), meta, tensors, precision, resident, dtype,
                   torch.device(device), None if unigram is None else unigram.numpy(),
-                  delta_M)
+                  delta_M, read_advice(path), path)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..core import models
 from ..core.advised import default_config
+from ..maps.advice import announce, read_advice
 from ..maps.files import cached_maps, load_maps
 from .settings import ENGINE_ARGS, all_cores, check, model_type, overrides
 
@@ -30,9 +31,13 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
             dtype: str = "bfloat16", max_model_len: int = 8192, extra: tuple[str, ...] = (),
             **settings) -> tuple[list[str], str]:
     """(the ``vllm serve`` argv, a one-line summary) for ``model`` (a built-in name or a
-    local folder) under its advised configuration with ``settings`` on top."""
+    local folder) under its advised configuration (the one written beside ``maps``, else the
+    built-in's: gpu.maps.advice) with ``settings`` on top."""
     name, folder = models.resolve(model)
-    config = default_config(name, **{"rows": "none", **settings})  # no selectors in vLLM
+    advice = read_advice(maps)
+    if advice is not None:
+        announce(advice)
+    config = default_config(name, advice, **{"rows": "none", **settings})  # no selectors here
     check(config)
     served = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
               "--served-model-name", name, "--dtype", dtype, "--port", str(port), "--host", host,

@@ -40,6 +40,7 @@ from ..eval.frontier_report import interval, plot
 from ..eval.harness import ensure_maps, evaluate_model
 from ..eval.instruments import Arm
 from ..eval.units import CorpusTexts
+from ..maps.advice import write_advice
 from .advise_options import BUDGET, CONFIRM, AdviseOptions
 
 DIAGNOSTICS = ("*/splice-*",)  # the frontier's arms no user can run (they read exact's cache)
@@ -230,6 +231,29 @@ def recommend(summary: dict, budget: dict, confirmed: dict[str, dict] | None = N
             "speedup": r["speedup"], "confirmation": (confirmed or {}).get(r["arm"])}
 
 
+def with_maps(path: Path, rec: dict, maps: dict, advice: dict, advice_json: Path) -> str:
+    """``--maps``: the recommended configuration's map file (from the advisor's own ``maps``,
+    {split: map set or {kind: map set}}) copied to ``path`` with the recommendation and its
+    evidence beside it (gpu.maps.advice); a recommendation that reads no maps, or two map
+    files, writes nothing and says what to run instead. Returns the line to print."""
+    if not rec["keeps_budget"]:
+        return f"--maps: the advice is exact prefill, which reads no maps; nothing written to {path}"
+    config = PrefillConfig(**rec["config"])
+    if len(config.map_kinds) != 1:
+        reads = "no maps" if not config.map_kinds else f"two map files ({', '.join(config.map_kinds)})"
+        return (f"--maps: {rec['arm']} reads {reads}; nothing written to {path}: run it with "
+                f"{rec['flags']}" + (" and --maps FILE of each kind (`ridgefill fit --kinds`)"
+                                     if config.map_kinds else ""))
+    at_split = maps[config.split]
+    found = at_split[config.map_kinds[0]] if isinstance(at_split, dict) else at_split
+    evidence = {k: rec[k] for k in ("budget", "vs_exact", "dnll_key", "confirmation",
+                                    "macs_share", "mac_ceiling")}
+    evidence |= {k: advice[k] for k in ("model", "command", "seed", "samples", "documents",
+                                        "fresh_check", "calib")}
+    where = write_advice(path, found.path, rec, {**evidence, "advice_json": str(advice_json)})
+    return f"--maps: {path} holds the maps of {rec['arm']}; its advice: {where}"
+
+
 def table(summary: dict) -> str:
     """The frontier as a plain-text table, by MAC share."""
     out = [f"{'configuration':34} {'MAC share':>9} {'ceiling':>8} {'speedup':>8} "
@@ -286,6 +310,9 @@ def run(model: str, opts: AdviseOptions = AdviseOptions(), *, device: str | None
               "samples": summary["samples"], "documents": summary["documents"]}
     write_json(root / "advice.json", advice)
     plot(summary, root / "advice.png")
+    if o.maps is not None:
+        maps = grid_arms_maps(lm, grid, out_dir, calib, fit_kw, progress)[2]
+        print(with_maps(o.maps, rec, maps, advice, root / "advice.json"))
     print(table(summary))
     if not complete:
         print("the run stopped before every record was measured: rerun the command to resume")

@@ -44,6 +44,10 @@ class AdviseOptions:
     check_samples: int | None = option(None, "the rerun's needle samples per task and length "
                                            "(default: --samples)")
     check_docs: int | None = option(None, "the rerun's documents (default: --docs)")
+    maps: Path | None = option(None, "also write the recommended configuration's maps to this "
+                                     "file, with the advice beside it (.advice.json): "
+                                     "generate, serve and RidgeFill.load given the file then "
+                                     "run that configuration with no settings")
 
     def __post_init__(self):
         unknown = {k for k, _ in self.budget} - set(BUDGET)

@@ -1,0 +1,60 @@
+"""Advice that travels with the maps (paper section 9, step 5): ``ridgefill advise --maps
+FILE`` writes the recommended configuration's maps to FILE and the recommendation beside it
+(``FILE`` with ``.advice.json`` for ``.safetensors``); every entry point that is given FILE
+and no setting (``ridgefill generate`` / ``serve``, ``RidgeFill.load``, ``prefill``, the
+presses) starts from that configuration and says so in one line."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from rfmodel.atomic import atomic_path, write_json
+
+from ..core.config import PrefillConfig
+
+SUFFIX = ".advice.json"
+
+
+def advice_path(maps: str | Path) -> Path:
+    """The advice file beside the map file ``maps``."""
+    return Path(maps).with_suffix(SUFFIX)
+
+
+def read_advice(maps: str | Path | None) -> dict | None:
+    """The advice written beside ``maps``, or None when there is none (or no maps)."""
+    if maps is None or not advice_path(maps).is_file():
+        return None
+    advice = json.loads(advice_path(maps).read_text())
+    PrefillConfig(**advice["config"])  # a file that does not describe a configuration fails here
+    return {**advice, "source": str(advice_path(maps))}
+
+
+def advice_of(maps) -> dict | None:
+    """The advice loaded map sets carry (a map set, or {kind: map set}; gpu.maps.files), if
+    any."""
+    sets = maps.values() if isinstance(maps, dict) else [maps]
+    return next((m.advice for m in sets if getattr(m, "advice", None)), None)
+
+
+def announce(advice: dict) -> None:
+    """The one line an entry point prints when it runs a map file's advice."""
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in advice["config"].items())
+    print(f"config: {flags} (advised for these maps: {advice['source']})", flush=True)
+
+
+def write_advice(maps: Path, source: Path, recommendation: dict, evidence: dict) -> Path:
+    """Copy the advisor's map file ``source`` (the recommended split and kind) to ``maps``
+    atomically, and write the recommendation and its ``evidence`` beside it. A different
+    map file already at ``maps`` is refused, never overwritten."""
+    maps = Path(maps)
+    if maps.exists() and maps.read_bytes() != Path(source).read_bytes():
+        raise ValueError(f"{maps} already holds other maps; give --maps a new path (the "
+                         "advisor's own copy stays in its out dir)")
+    if not maps.exists():
+        with atomic_path(maps) as tmp:
+            shutil.copyfile(source, tmp)
+    where = advice_path(maps)
+    write_json(where, {"config": recommendation["config"], "arm": recommendation["arm"],
+                       **evidence})
+    return where
