@@ -11,7 +11,7 @@ from dataclasses import MISSING, fields
 
 from .version import __version__
 from .core.advised import ADVISABLE, DEMO_MODEL
-from .maps.files import KINDS
+from .maps.fit_options import FitOptions
 from .core.config import PrefillConfig
 from .core.models import BUILTINS
 from .eval.options import FrontierOptions, MiniOptions, StudyOptions
@@ -79,8 +79,11 @@ def _prefill_args(p: argparse.ArgumentParser) -> None:
 
 def options_args(p: argparse.ArgumentParser, cls) -> None:
     """One flag per field of an options dataclass (gpu.tools.advise.AdviseOptions, ...), with
-    the field's default and help: the flags cannot drift from the library's defaults."""
+    the field's default and help: the flags cannot drift from the library's defaults. A
+    field without help (gpu.core.config.option) has no flag."""
     for f in fields(cls):
+        if "help" not in f.metadata:
+            continue
         t, default, h = str(f.type), f.default, f.metadata["help"]
         shown = h + ("" if default in (None, ()) or isinstance(default, bool)
                      else f" (default {' '.join(map(str, default)) if isinstance(default, tuple) else default})")
@@ -95,15 +98,16 @@ def options_args(p: argparse.ArgumentParser, cls) -> None:
             p.add_argument(flag(f.name), nargs="+", type=item, default=default,
                            choices=f.metadata.get("choices"), help=shown)
         else:
-            kind = Path if t == "Path" else int if t.startswith("int") else str
+            kind = Path if t.startswith("Path") else int if t.startswith("int") else str
             p.add_argument(flag(f.name), type=kind, default=default,
-                           choices=f.metadata.get("choices"), help=shown)
+                           choices=f.metadata.get("choices"), help=shown,
+                           required=f.metadata.get("required", False))
 
 
 def options_from_args(a: argparse.Namespace, cls):
     """The options dataclass the parsed flags of :func:`options_args` describe."""
     return cls(**{f.name: tuple(v) if isinstance(v := getattr(a, f.name), list) else v
-                  for f in fields(cls)})
+                  for f in fields(cls) if "help" in f.metadata})
 
 
 def settings_from_args(a: argparse.Namespace) -> dict:
@@ -127,21 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fit", help="fit ridge maps for one or more splits (paper 2.2)")
     _model_args(f)
-    f.add_argument("--splits", type=int, nargs="+",
-                   help="split layers to fit (default: the built-in model's advised split, "
-                        "gpu.core.advised; else 3/8 of depth)")
-    f.add_argument("--calib", default="builtin", help="'builtin' or a folder of .txt/.md files")
-    f.add_argument("--lambdas", type=float, nargs="+", help="lambda grid (default 1e-4 .. 1)")
-    f.add_argument("--max-tokens", type=int, default=40_000, help="calibration tokens in all")
-    f.add_argument("--doc-tokens", type=int, default=4096, help="tokens per document at most")
-    f.add_argument("--out", required=True, type=Path, help="map file (.safetensors)")
-    f.add_argument("--kinds", nargs="+", default=["ridge"], choices=KINDS,
-                   help="map kinds from the one capture: ridge (the paper's), anchored (shrunk "
-                        "toward the identity), kv (direct key/value maps); several: every kind "
-                        "but ridge adds -KIND to the file name")
-    f.add_argument("--correction", action="store_true",
-                   help="also measure DeltaM of the terminal-state correction (Gated DeltaNet "
-                        "layers above the split) on the held-out documents")
+    options_args(f, FitOptions)
 
     g = sub.add_parser("generate", help="RidgeFill prefill, then ordinary decoding")
     _model_args(g)
@@ -230,14 +220,12 @@ def _cmd_eval(a) -> int:
 def _cmd_fit(a) -> int:
     from .core import models
     from .core.advised import default_split
-    from .maps.fit import (DEFAULT_LAMBDAS, FitOptions, check_options, fit, output_path,
-                           rank_device)
+    from .maps.fit import check_options, fit, output_path, rank_device
 
     loaded = models.load(a.model, device=rank_device(a.device), dtype=_dtype(a.dtype))
-    splits = a.splits or [default_split(loaded.name, loaded.n_layers)]
-    opts = FitOptions(splits, a.out, a.calib, tuple(a.lambdas or DEFAULT_LAMBDAS),
-                      a.max_tokens, a.doc_tokens, kinds=tuple(a.kinds))
-    opts.correction = a.correction
+    opts = options_from_args(a, FitOptions)
+    if not opts.splits:
+        opts.splits = (default_split(loaded.name, loaded.n_layers),)
     check_options(opts, loaded.n_layers)
     for split in fit(loaded, opts):
         for kind in opts.kinds:

@@ -38,6 +38,7 @@ import torch
 from rfmodel.atomic import write_json
 
 from ..core import models
+from ..core import presets
 from ..core.config import DEFAULT_ROWS, RESCALES, PrefillConfig, pop_split
 from . import harness as ev
 from .frontier_report import summarize, write as write_summary
@@ -140,12 +141,12 @@ class Frontier:
             return PrefillConfig(fill=fill, split=split, tail=tail, rows=rows, **more)
 
         out = [Arm("exact", PrefillConfig(fill="exact"), label="exact"),
-               Arm(self.pop_native, at("identity", self.pop, 1), label="POP native")]
+               Arm(self.pop_native, presets.pop(self.n_layers), label="POP native")]
         for s in self.splits:
             for fill in self.fills:
                 for t in self.tails:
                     for rows in self.rows:
-                        if (fill, s, t, rows) == ("identity", self.pop, 1, "none"):
+                        if at(fill, s, t, rows) == presets.pop(self.n_layers):
                             continue  # POP native itself
                         out.append(Arm(arm_name(fill, s, t, rows), at(fill, s, t, rows),
                                        label=f"{fill}, split {s}, tail {t}, rows {rows}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..core import presets
 from ..core.config import PrefillConfig, pop_split
 from ..core.extras import SPLICES
 from . import tasks
@@ -81,7 +82,7 @@ def study_arms(cfg: EvalConfig, n_layers: int) -> list[Arm]:
     arms = [Arm("exact", PrefillConfig(fill="exact"), label="exact"),
             Arm(f"nofill@{S}", at("none", S), label="no fill"),
             Arm(f"identity@{S}", at("identity", S), label="identity (POP's fill)"),
-            Arm(f"pop@{pop}", at("identity", pop, 1), label="POP native"),
+            Arm(f"pop@{pop}", presets.pop(n_layers), label="POP native"),
             Arm(f"ridge@{S}", at("ridge", S), label="RidgeFill")]
     for rows, what in (("attention", "attention rows"), ("probe", "probe rows")):
         base, sel = f"ridge+{rows}@{S}", at("ridge", S, rows=rows)

@@ -18,7 +18,6 @@ import os
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,31 +32,10 @@ from ..data import corpus
 from ..core.engine import Engine
 from .choose import choose, heldout_scores
 from .files import KINDS, save_maps
+from .fit_options import FitOptions
 from ..core.models import Loaded
 
-DEFAULT_LAMBDAS = tuple(float(x) for x in np.logspace(-4, 0, 9))
-# map kinds (gpu.maps.files.KINDS): the paper's ridge map of each late layer's input (one
-# lambda per split), the anchored map shrunk toward the identity and the direct cache-entry
-# map (one lambda per layer each, from the same capture)
 BACKEND = "blocked"  # rfmodel.ridge: float32 block products summed in float64 (capture speed)
-
-
-@dataclass
-class FitOptions:
-    splits: list[int]
-    out: Path
-    calib: str = "builtin"
-    lambdas: tuple[float, ...] = DEFAULT_LAMBDAS
-    max_tokens: int = 40_000        # calibration tokens captured in all
-    doc_tokens: int = 4096          # tokens per document (documents are cut, never padded)
-    heldout_docs: int = 2
-    heldout_tokens: int = 2048
-    checkpoint_every: int = 4
-    seed: int = 0
-    correction: bool = False        # measure DeltaM for the terminal-state correction (2.3)
-    correction_every: int = 512     # one state difference every this many held-out tokens
-    kinds: tuple[str, ...] = ("ridge",)  # map kinds written from the one capture (KINDS)
-    log: list[str] = field(default_factory=list)
 
 
 def check_options(opts: FitOptions, n_layers: int) -> None:

@@ -33,11 +33,11 @@ from rfmath.cost import break_even_rows, exact_share, speedup_ceiling
 from rfmodel.atomic import atomic_path, write_json
 
 from ..data import corpus
-from ..core import models
+from ..core import models, presets
 from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, cached_path, load_maps
-from ..core.config import PrefillConfig, paper_split, pop_split
+from ..core.config import PrefillConfig, paper_split
 from .bench_records import measurement_key, merged, prior_records, record_key
 from .bench_options import BenchOptions
 from .peak_memory import PeakMemory
@@ -180,10 +180,10 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
     split = split0 if split is None else split
     tail = tail0 if tail is None else tail
     loaded.name = name
-    pop = pop_split(loaded.n_layers)              # POP native: identity from L - floor(L/3)
+    pop_config = presets.pop(loaded.n_layers, base)
+    pop = pop_config.split
     advised, advised_as = advised_arm(name, base.replace(split=split, tail=tail, rows="none"),
-                                      base.replace(split=pop, tail=1, fill="identity",
-                                                   rows="none"))
+                                      pop_config)
     maps, maps_source = fitted_or_shaped_maps(loaded, split)
     kinds = {"ridge": maps}
     for k in advised.map_kinds if advised is not None else ():
@@ -206,7 +206,7 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             # the fill order the default does not use on this device (auto: gpu.core.config)
             **({"ridgefill-other-order": base.replace(split=split, tail=tail, rows="none",
                                                       fill_order=other)} if other_order else {}),
-            "pop": base.replace(split=pop, tail=1, fill="identity", rows="none"),
+            "pop": pop_config,
             # the late walk under torch.compile (gpu.core.compiled); warm-up pays compilation
             **({"ridgefill-compiled": base.replace(split=split, tail=tail, rows="none",
                                                    compile=True)} if compile else {}),
@@ -260,8 +260,9 @@ def bench_model(name: str, lengths, repeats: int, device=None, random_weights=Fa
             "speedup": med["exact"] / med["ridgefill"],
             "ceiling_one_over_r": 1 / exact_share(split, L, tail, n),
             "ceiling_macs": speedup_ceiling(arch, n, split, tail, E=0, arm="ridgefill"),
-            "pop": {"split": pop, "tail": 1, "speedup": med["exact"] / med["pop"],
-                    "ceiling_macs": speedup_ceiling(arch, n, pop, 1, E=0, arm="identity"),
+            "pop": {"split": pop, "tail": pop_config.tail, "speedup": med["exact"] / med["pop"],
+                    "ceiling_macs": speedup_ceiling(arch, n, pop, pop_config.tail, E=0,
+                                                    arm="identity"),
                     "ridgefill_over_pop": med["pop"] / med["ridgefill"]},
             "fill_order": {"default": "batched" if default_batched else "layer",
                            "other_order_speedup": med["exact"] / med["ridgefill-other-order"],

@@ -27,10 +27,10 @@ from tqdm import tqdm
 from rfmath.cost import speedup_ceiling
 from rfmodel.atomic import write_json
 
-from ..core import models
+from ..core import models, presets
 from ..core.advised import default_config
 from ..core.archspec import arch_of
-from ..core.config import PrefillConfig, pop_split
+from ..core.config import PrefillConfig
 from ..eval.instruments import cost_arm
 from ..maps.files import cached_maps
 from ..serving.settings import ENGINE_ARGS, all_cores, overrides
@@ -51,7 +51,7 @@ def configs(name: str, n_layers: int) -> dict[str, PrefillConfig]:
         raise ValueError(f"{name}'s advised configuration is exact prefill: nothing to time "
                          "beside stock vLLM")
     return {"advised": advised,
-            "pop": PrefillConfig(fill="identity", split=pop_split(n_layers), tail=1, rows="none")}
+            "pop": presets.pop(n_layers)}
 
 
 def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -> dict:

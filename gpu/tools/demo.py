@@ -16,12 +16,12 @@ from rfmath.cost import exact_share, speedup_ceiling
 from rfmodel.atomic import atomic_path, write_json
 
 from ..data import corpus
-from ..core import models
+from ..core import models, presets
 from ..eval import tasks
 from ..eval.instruments import cost_arm
 from ..api import RidgeFill
 from ..core.advised import DEMO_MODEL, default_config, default_split
-from ..core.config import PrefillConfig, pop_split
+from ..core.config import PrefillConfig
 from ..core.archspec import arch_of
 from ..maps.files import cached_maps, load_maps
 
@@ -160,8 +160,9 @@ def showcase(loaded: models.Loaded) -> tuple[int, PrefillConfig, str]:
     if advised.fill != "exact":
         split = default_split(loaded.name, loaded.n_layers)
         return split, advised.replace(split=split), ""
-    split = pop_split(loaded.n_layers)
-    return split, PrefillConfig(split=split, tail=1, fill="ridge", rows="none"), (
+    config = presets.pop(loaded.n_layers).replace(fill="ridge")
+    split = config.split
+    return split, config, (
         f"note: the advisor advises exact prefill for {loaded.name} (no configuration kept its "
         f"budget, gpu/core/advised.py); the demo shows the ridge fill at POP native's split "
         f"{split} with a one-token tail, which does not keep that budget")
