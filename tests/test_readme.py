@@ -68,16 +68,9 @@ def test_readme_python_examples_run_as_written(tmp_path, monkeypatch, capsys):
     Path("doc.txt").write_text(words + "The special magic number is 4407213. " + words)
     if importlib.util.find_spec("kvpress") is None:
         pytest.skip("kvpress is not installed (the `kvpress` extra; `make test` installs it)")
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    before = dict(ALL_ATTENTION_FUNCTIONS._local_mapping)  # importing kvpress wraps them
-    namespace: dict = {}
-    try:
-        for block in BLOCKS:
-            exec(compile(block, "README.md or docs/", "exec"), namespace)
-    finally:
-        ALL_ATTENTION_FUNCTIONS._local_mapping.clear()
-        ALL_ATTENTION_FUNCTIONS._local_mapping.update(before)
+    namespace: dict = {}  # importing kvpress wraps attention: conftest undoes it after the module
+    for block in BLOCKS:
+        exec(compile(block, "README.md or docs/", "exec"), namespace)
     printed = capsys.readouterr().out
     assert printed.count("\n") >= 5  # prefill+generate, generate, two conversation turns, kvpress
     assert "conv" in namespace and len(namespace["conv"].turns) == 2
