@@ -24,14 +24,14 @@ from .core.advised import default_config
 from .core.cache import outside_inference
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
-from .maps.advice import advice_of, announce
+from .maps.advice import advice_for, announce
 
 
 def maps_config(maps) -> PrefillConfig:
-    """The configuration ``prefill`` and the presses run when given none: the advice ``maps``
-    (a map set, or {kind: map set}) carry (gpu.maps.advice; said in one line), else the
-    library's defaults."""
-    advice = advice_of(maps)
+    """The configuration ``prefill`` and the presses run when given none: the advice for
+    ``maps`` (a map set, or {kind: map set}): their own, or their built-in model's
+    (gpu.maps.advice.advice_for; said in one line), else the library's defaults."""
+    advice = advice_for(maps)
     if advice is None:
         return PrefillConfig()
     announce(advice)

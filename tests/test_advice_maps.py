@@ -112,3 +112,24 @@ def test_other_maps_are_never_overwritten_and_what_reads_no_maps_writes_nothing(
     assert "reads no maps" in line and not fresh.exists() and not advice_path(fresh).exists()
     exact = {"arm": "exact", "keeps_budget": False}
     assert "exact prefill" in with_maps(fresh, exact, {}, ADVICE, tmp_path / "a.json")
+
+
+def test_maps_of_a_builtin_model_run_its_committed_advice_only_where_they_fit(tmp_path,
+                                                                              monkeypatch):
+    from gpu.core import advised
+    from gpu.press import maps_config
+
+    tiny = load_tiny("llama")
+    path = _kv_maps(tiny, tmp_path / "kv.safetensors")
+    maps = load_maps(path, tiny.model)
+    assert maps_config(maps) == PrefillConfig()  # no advice beside them, not a built-in
+    meta = {**maps.meta, "model": tiny.name}
+    monkeypatch.setattr(maps, "meta", meta)
+    monkeypatch.setitem(advised.ADVISED, tiny.name, CONFIG)
+    assert maps_config(maps) == maps_config({"kv": maps}) == PrefillConfig(**CONFIG)
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {**CONFIG, "split": 3})  # another split
+    assert maps_config(maps) == PrefillConfig()
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {**CONFIG, "fill": "ridge"})  # another kind
+    assert maps_config(maps) == PrefillConfig()
+    monkeypatch.setitem(advised.ADVISED, tiny.name, {"fill": "exact"})
+    assert maps_config(maps) == PrefillConfig()

@@ -22,6 +22,11 @@ FORBIDDEN = {
     # the vLLM plugin is product: it reads the engine's configuration and maps, never the lab
     "gpu.serving": ("gpu.data", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
 }
+# the product (what a user imports) never imports the lab (gpu.eval, gpu.tools: the studies,
+# benchmarks and advisor); only the CLI, which dispatches to both, may
+PRODUCT = ("gpu", "gpu.core", "gpu.maps", "gpu.data", "gpu.serving", "gpu.api", "gpu.press",
+           "gpu.kvpress_press", "gpu.conversation", "gpu.version")
+LAB = ("gpu.eval", "gpu.tools")
 PACKAGES = ("rfmath", "rfmodel", "gpu", "proofs_check")
 
 
@@ -91,6 +96,20 @@ def test_gpu_imports_point_one_way(path):
         for bad in FORBIDDEN.get(part, ()):
             assert not (target == bad or target.startswith(bad + ".")), (
                 f"{module} imports {target} (line {line}): {part} may not import {bad}")
+
+
+def test_every_gpu_module_is_product_lab_or_the_cli():
+    parts = {".".join(_module(p).split(".")[:2]) for p in GPU_FILES}
+    assert parts <= set(PRODUCT) | set(LAB) | {"gpu.cli", "gpu.__main__"}, parts - set(PRODUCT)
+
+
+@pytest.mark.parametrize("path", [p for p in GPU_FILES
+                                  if ".".join(_module(p).split(".")[:2]) in PRODUCT],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_product_never_imports_the_lab(path):
+    for target, _, line in imports(path):
+        assert not any(target == lab or target.startswith(lab + ".") for lab in LAB), (
+            f"{_module(path)} imports {target} (line {line}): the product never imports the lab")
 
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -4,37 +4,55 @@
 The rule comes before the numbers: it is gpu.tools.advise.recommend with the advisor's
 default budget (filled-region retrieval at most 5 points below exact, key-token dNLL at most
 0.5 nats, both point estimates on held-out calibration text): the configurations that keep it
-on the advisor's frontier, cheapest first, are confirmed on 40 more held-out needles, and the
+on the advisor's frontier, cheapest first, are confirmed on more held-out needles, and the
 first that keeps it there with half the retrieval allowance wins; when none does, exact
 prefill (``{"fill": "exact"}``: maps given to such a model are refused unless the caller
-asks for ``fill='ridge'``). :data:`ADVISED` copies each
-built-in model's recommendation from ``results/advise/<model>/advice.json`` (command, seed and
-sample counts there); tests/test_advised.py checks it against that file, so a rerun of the
-advisor that changes the answer fails until this table follows it.
+asks for ``fill='ridge'``). :data:`ADVISED` reads each built-in model's recommendation from
+its committed advice file, ``results/advise/<model>/advice.json`` (command, seed and sample
+counts there; what was screened, confirmed and rerun: docs/advisor.md), so a rerun of the
+advisor that changes the answer changes the default with it.
 
-Where the defaults apply: ``RidgeFill.load`` / ``RidgeFill(...)`` and ``ridgefill generate``
-start from :func:`default_config` and apply the settings or flags given on top;
-``ridgefill fit`` without ``--splits`` fits :func:`default_split`. A local Hugging Face folder
-(or any model not listed) gets the library's defaults (PrefillConfig()).
+Where the defaults apply: ``RidgeFill.load`` / ``RidgeFill(...)``, ``ridgefill generate`` /
+``serve``, ``prefill`` and the presses start from :func:`default_config` and apply the
+settings or flags given on top; ``ridgefill fit`` without ``--splits`` fits
+:func:`default_split`. A local Hugging Face folder (or any model not listed) gets the
+library's defaults (PrefillConfig()), or the advice beside its maps (gpu.maps.advice).
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from .config import PrefillConfig, paper_split
+from .models import BUILTINS
 
 # what `ridgefill demo` / `make demo` run: the smallest built-in whose advice is a
 # fill the advisor confirmed, not exact prefill or POP's own configuration
 DEMO_MODEL = "qwen2.5-coder-0.5b"
 ADVISABLE = ("split", "tail", "fill", "values_fill", "rows", "rescale")  # what the advisor chooses
-ADVISED: dict[str, dict] = {
-    # each entry: results/advise/<model>/advice.json (command, seeds, sample counts); what was
-    # screened, confirmed and rerun, per model: docs/advisor.md
-    "smollm2-135m": {"fill": "exact"},
-    "gemma3-270m": {"split": 12, "tail": 1, "fill": "identity", "rows": "none"},
-    "qwen2.5-coder-0.5b": {"split": 16, "tail": 1, "fill": "kv", "values_fill": "identity",
-                           "rows": "none"},
-    "qwen2.5-coder-1.5b": {"split": 19, "tail": 1, "fill": "identity", "values_fill": "kv",
-                           "rows": "none"},
-}
+COMMITTED = Path(__file__).resolve().parents[2] / "results" / "advise"
+
+
+def settings_of(recommendation: dict) -> dict:
+    """The settings an advisor's recommendation makes the default: its configuration's
+    advisable fields, or exact prefill when it does not keep the budget."""
+    if not recommendation["keeps_budget"]:
+        return {"fill": "exact"}
+    return {k: v for k, v in recommendation["config"].items() if k in ADVISABLE}
+
+
+def _committed() -> dict[str, dict]:
+    """{built-in model: settings} from the committed advice files (none in an install
+    without the repository's results/: every model then starts from PrefillConfig())."""
+    found = {}
+    for name in BUILTINS:
+        path = COMMITTED / name / "advice.json"
+        if path.is_file():
+            found[name] = settings_of(json.loads(path.read_text())["recommendation"])
+    return found
+
+
+ADVISED: dict[str, dict] = _committed()
 
 
 def default_config(model: str, advice: dict | None = None, **settings) -> PrefillConfig:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rfmodel.atomic import atomic_path, write_json
 
+from ..core.advised import ADVISED, COMMITTED
 from ..core.config import PrefillConfig
 
 SUFFIX = ".advice.json"
@@ -35,6 +36,24 @@ def advice_of(maps) -> dict | None:
     any."""
     sets = maps.values() if isinstance(maps, dict) else [maps]
     return next((m.advice for m in sets if getattr(m, "advice", None)), None)
+
+
+def advice_for(maps) -> dict | None:
+    """The advice to run ``maps`` with (a map set, or {kind: map set}): the advice they carry,
+    else their built-in model's committed advice (gpu.core.advised) when they are maps of its
+    advised split and kinds, else None."""
+    advice = advice_of(maps)
+    if advice is not None or maps is None:
+        return advice
+    sets = list(maps.values()) if isinstance(maps, dict) else [maps]
+    model = sets[0].meta.get("model")
+    settings = ADVISED.get(model)
+    if not settings or settings.get("fill") == "exact":
+        return None
+    config = PrefillConfig(**settings)
+    if config.split != sets[0].split or not set(config.map_kinds) <= {m.kind for m in sets}:
+        return None
+    return {"config": settings, "source": str(COMMITTED / model / "advice.json")}
 
 
 def announce(advice: dict) -> None:

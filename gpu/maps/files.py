@@ -42,9 +42,9 @@ def cached_path(model: str, split: int, kind: str = "ridge") -> Path:
 def cached_maps(name: str, folder: str | Path, split: int, kind: str = "ridge",
                 device: str = "cpu", max_tokens: int = 24_000) -> Path:
     """A built-in model's cached maps of ``kind`` for ``split`` (:func:`cached_path`), fitted
-    once on the built-in calibration text if missing (``ridgefill fit`` in a child process,
-    with its progress bar: timed in the same process after a fit, RidgeFill measured 1.16x
-    where the next run measured 1.50x, the capture's thread pools and memory staying behind)."""
+    once on the built-in calibration text if missing (``ridgefill fit`` with its progress bar,
+    in a child process: the capture's thread pools and memory would otherwise stay behind in
+    the process that then times or serves the model)."""
     path = cached_path(name, split, kind)
     if path.exists():
         print(f"maps: {path} (cached)", flush=True)
