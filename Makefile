@@ -66,7 +66,7 @@ bench-long: $(STAMP)
 	$(BIN)/ridgefill bench --models gemma3-270m --lengths 16384 32768 --repeats 2 \
 	  --no-rows-probe --no-other-order --resume --out-dir results/bench/long
 
-# on a CUDA machine (issue 21): the equivalence checks, then the 8B shapes and the two small
+# on a CUDA machine: the equivalence checks, then the 8B shapes and the two small
 # architectures in bf16 with random weights; everything lands in results/cuda/
 cuda-bench: $(STAMP)
 	$(BIN)/python -m gpu.tools.cuda_check --out results/cuda

@@ -53,8 +53,8 @@ from .units import CorpusTexts, needle_units, sig
 FRACTIONS = (1 / 4, 3 / 8, 1 / 2, 5 / 8)
 LENGTHS = {"gemma3-270m": (4096, 8192)}  # filled-region needles; others: 2K, 4K
 # gemma3's 4K/8K prompts cost about 3x smollm2's per run: arms left out to fit ~3 hours
-# The Qwen2.5-Coder models cost 4x (0.5B) and 12x (1.5B) smollm2's prefill on 2 CPU cores (a 2K
-# exact prefill of the 0.5B: 7.6 s); cut, stated before their first run, to the
+# The Qwen2.5-Coder models cost 4x (0.5B) and 12x (1.5B) smollm2's prefill on 2 CPU cores;
+# cut, stated before their first run, to the
 # arms that answer the size question in one ~3-hour session: no exact rows, the one-token tail,
 # the splits 1/2, 5/8 and POP's (the 0.5B keeps 5/8's splices); the rest is left for later runs
 _QWEN_CUT = ("*+*", "*/t512", "*/t1024", "*/rescale-*", "*/check-*")
