@@ -58,3 +58,14 @@ def test_a_run_without_stock_is_refused_before_any_engine_starts():
 
     with pytest.raises(ValueError, match="--arms must include stock"):
         next(bench_model("qwen2.5-coder-0.5b", [2048], 1, "bfloat16", False, ("advised",)))
+
+
+def test_records_name_the_processor_and_its_bf16_extensions():
+    from gpu.tools.bench_records import cpu
+
+    info = ("processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu avx2 avx512f amx_bf16 sse\n"
+            "processor\t: 1\nmodel name\t: Some Xeon\nflags\t\t: fpu avx2 avx512f amx_bf16\n")
+    assert cpu(info) == "Some Xeon (avx2, avx512f, amx_bf16)"
+    assert cpu("model name\t: Old One\nflags\t\t: fpu sse2\n") == (
+        "Old One (none of avx2/avx512f/avx512_bf16/amx_bf16)")
+    assert cpu().split(" (")[0]  # this machine's has a name

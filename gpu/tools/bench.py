@@ -38,7 +38,7 @@ from ..core.models import default_device
 from ..core.archspec import arch_of
 from ..maps.files import MapSet, cached_path, load_maps
 from ..core.config import PrefillConfig, paper_split
-from .bench_records import measurement_key, merged, prior_records, record_key
+from .bench_records import cpu, measurement_key, merged, prior_records, record_key
 from .bench_options import BenchOptions
 from .peak_memory import PeakMemory
 from ..core.advised import ADVISABLE, ADVISED, default_config
@@ -416,7 +416,7 @@ def run(opts: BenchOptions = BenchOptions()) -> int:
             "seeds": {"prompt": "haystack seed 1 (random weights: token ids seeded with the length)",
                       "row_arms": "rows=random seed 0"},
             "load_average_before": load_before,
-            "processor": platform.processor() or platform.machine(),
+            "processor": cpu(),
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
             "complete": False}
 

@@ -35,7 +35,7 @@ from ..eval.instruments import cost_arm
 from ..maps.files import cached_maps
 from ..serving.settings import ENGINE_ARGS, all_cores, overrides
 from .bench_options import VLLM_ARMS, BenchOptions
-from .bench_records import prior_records
+from .bench_records import cpu, prior_records
 from .bench import prompt_ids
 
 SETTLE = 1.5                # seconds between timings (vLLM's idle busy-poll is 1 s)
@@ -170,7 +170,7 @@ def run(opts: BenchOptions) -> int:
     prior = prior_records(path, opts.resume)
     done = {(r["model"], r["n"], r["repeats"]) for r in prior}
     info = {"command": "ridgefill " + " ".join(sys.argv[1:]), "machine": platform.platform(),
-            "date": time.strftime("%Y-%m-%d"), "seed": "haystack seed 1",
+            "cpu": cpu(), "date": time.strftime("%Y-%m-%d"), "seed": "haystack seed 1",
             "load_average_before": os.getloadavg()}
     records = []
 
@@ -185,7 +185,7 @@ def run(opts: BenchOptions) -> int:
             continue
         for rec in bench_model(name, lengths, opts.repeats, opts.dtype, opts.reference,
                                opts.arms):
-            records.append({k: info[k] for k in ("command", "date", "machine")} | rec)
+            records.append({k: info[k] for k in ("command", "date", "machine", "cpu")} | rec)
             write_json(path, {**info, "complete": False, "records": kept()})
     write_json(path, {**info, "complete": True, "records": kept(),
                       "load_average_after": os.getloadavg()})
