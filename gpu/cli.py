@@ -153,8 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     _prefill_args(s)
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
-                   help="vLLM's weights and activations (bf16: its fast path on the CPU)")
+    s.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
+                   help="vLLM's weights and activations (default: bfloat16 on a CPU with "
+                        "avx512_bf16 or amx_bf16, vLLM's fast path there; else float32)")
     s.add_argument("--max-model-len", type=int, default=8192,
                    help="longest prompt plus answer (also the most tokens of one step)")
     s.add_argument("vllm_args", nargs=argparse.REMAINDER,

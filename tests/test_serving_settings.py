@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpu import cli
+from gpu.core import models
 from gpu.core.config import PrefillConfig
 from gpu.serving import serve, settings
 
@@ -55,6 +56,21 @@ def test_serve_command_carries_the_engine_arguments():
     assert "identity" in summary and "split 2" in summary
     stock, _ = serve.command(str(folder), fill="exact")
     assert "--hf-overrides" not in stock
+
+
+def test_the_default_dtype_is_the_processors_fast_one(monkeypatch):
+    amx = "model name\t: X\nflags\t\t: avx2 avx512f amx_bf16\n"
+    avx2 = "model name\t: Y\nflags\t\t: avx2 fma\n"
+    assert settings.default_dtype(amx) == "bfloat16"
+    assert settings.default_dtype("model name\t: Z\nflags\t\t: avx512f avx512_bf16\n") == "bfloat16"
+    assert settings.default_dtype(avx2) == settings.default_dtype("") == "float32"
+    folder = tiny_dir("llama")
+    for info, want in ((amx, "bfloat16"), (avx2, "float32")):
+        monkeypatch.setattr(settings, "cpu_info", lambda _=None, i=info: models.cpu_info(i))
+        argv, summary = serve.command(str(folder), fill="identity", split=2, tail=1)
+        assert argv[argv.index("--dtype") + 1] == want and want in summary
+    argv, _ = serve.command(str(folder), dtype="bfloat16", fill="exact")  # a given dtype wins
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
 
 
 @pytest.mark.parametrize("args, says", [

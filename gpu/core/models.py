@@ -231,6 +231,20 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def cpu_info(cpuinfo: str | None = None) -> tuple[str, set[str]]:
+    """(the processor's name, its feature flags), from ``cpuinfo`` (default /proc/cpuinfo;
+    empty where there is none)."""
+    if cpuinfo is None:
+        info = Path("/proc/cpuinfo")
+        cpuinfo = info.read_text() if info.exists() else ""
+    lines = cpuinfo.splitlines()
+
+    def field(key: str) -> str:
+        return next((l.split(":", 1)[1].strip() for l in lines if l.startswith(key)), "")
+
+    return field("model name"), set(field("flags").split())
+
+
 def load(name_or_path: str, device: str | torch.device | None = None,
          dtype: torch.dtype | None = None) -> Loaded:
     """Load a model and its tokenizer; fp32 on the CPU, bf16 on CUDA unless told otherwise."""

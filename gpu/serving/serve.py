@@ -17,7 +17,7 @@ from ..core import models
 from ..core.advised import default_config
 from ..maps.advice import announce, read_advice
 from ..maps.files import cached_maps, load_maps
-from .settings import ENGINE_ARGS, all_cores, check, model_type, overrides
+from .settings import ENGINE_ARGS, all_cores, check, default_dtype, model_type, overrides
 
 # vLLM flags the RidgeFill path sets itself (its plan is per whole prompt)
 FIXED = ("--enable-prefix-caching", "--enable-chunked-prefill")
@@ -28,12 +28,14 @@ KV_CACHE_BYTES = 4 << 30
 
 
 def command(model: str, maps: str | None = None, port: int = 8000, host: str = "127.0.0.1",
-            dtype: str = "bfloat16", max_model_len: int = 8192, extra: tuple[str, ...] = (),
+            dtype: str | None = None, max_model_len: int = 8192, extra: tuple[str, ...] = (),
             **settings) -> tuple[list[str], str]:
     """(the ``vllm serve`` argv, a one-line summary) for ``model`` (a built-in name or a
     local folder) under its advised configuration (the one written beside ``maps``, else the
-    built-in's: gpu.maps.advice) with ``settings`` on top."""
+    built-in's: gpu.maps.advice) with ``settings`` on top; ``dtype`` None: the processor's
+    fast one (gpu.serving.settings.default_dtype)."""
     name, folder = models.resolve(model)
+    dtype = dtype or default_dtype()
     advice = read_advice(maps)
     if advice is not None:
         announce(advice)
@@ -46,7 +48,7 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
                for a in extra):
         served += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
     if config.fill == "exact":
-        return served + list(extra), f"{name}: stock vLLM (fill exact)"
+        return served + list(extra), f"{name}: stock vLLM (fill exact), {dtype}"
     model_type(folder)
     for flag in FIXED:
         if any(a == flag or a.startswith(flag + "=") for a in extra):
@@ -60,7 +62,7 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
                *engine, *extra]
     values = config.values_fill or config.fill
     return served, (f"{name}: RidgeFill keys {config.fill} / values {values}, split "
-                    f"{config.split}, tail {config.tail}, rows {config.rows}"
+                    f"{config.split}, tail {config.tail}, rows {config.rows}, {dtype}"
                     + (f", maps {maps}" if maps else ""))
 
 
@@ -83,7 +85,7 @@ def _with_maps(name: str, folder: Path, config, maps):
     return config.resolve(loaded.n_layers, found), str(Path(maps).resolve())
 
 
-def run(model: str, maps: str | None, port: int, host: str, dtype: str, max_model_len: int,
+def run(model: str, maps: str | None, port: int, host: str, dtype: str | None, max_model_len: int,
         extra: tuple[str, ...], **settings) -> int:
     """Check everything, print the summary, then become ``vllm serve`` (no return)."""
     argv, summary = command(model, maps, port, host, dtype, max_model_len, extra, **settings)

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ..core.config import PrefillConfig
+from ..core.models import cpu_info
 
 # vLLM's model classes that have a RidgeFill variant (gpu.serving.model), by model_type
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
@@ -22,6 +23,17 @@ PREFIX = "RidgeFill"           # RidgeFill's variant of vLLM's class X is named 
 KEY = "ridgefill"              # the model-config key that carries the settings
 # vLLM engine arguments RidgeFill needs (the plan is per prompt: see gpu.serving.rows)
 ENGINE_ARGS = {"enable_prefix_caching": False, "enable_chunked_prefill": False}
+
+
+# oneDNN's bf16 matmuls need one of these; without them vLLM's CPU build runs bf16 through
+# slow fallback matmuls, and fp32 is the fast dtype
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def default_dtype(cpuinfo: str | None = None) -> str:
+    """The dtype vLLM's CPU build is fastest in on this processor: bfloat16 where it has
+    :data:`BF16_FLAGS`, else float32."""
+    return "bfloat16" if cpu_info(cpuinfo)[1] & set(BF16_FLAGS) else "float32"
 
 
 def all_cores() -> str:

@@ -41,8 +41,9 @@ class BenchOptions:
                                          "below); vllm: stock vLLM, RidgeFill and POP inside "
                                          "vLLM's CPU build (gpu.tools.bench_vllm)",
                          choices=("transformers", "vllm"))
-    dtype: str = option("bfloat16", "--engine vllm: vLLM's dtype (bf16: its fast path on the "
-                                    "CPU)", choices=("bfloat16", "float32"))
+    dtype: str | None = option(None, "--engine vllm: vLLM's dtype (default: bfloat16 on a CPU "
+                                     "with avx512_bf16 or amx_bf16, else float32)",
+                               choices=("bfloat16", "float32"))
     arms: tuple[str, ...] = option(VLLM_ARMS, "--engine vllm: the engines to start and time "
                                    "(fewer where four of the model do not fit in memory)",
                                    choices=VLLM_ARMS)

@@ -6,24 +6,17 @@ import json
 import platform
 from pathlib import Path
 
-# the vector extensions that decide bf16 against fp32 speed on a CPU (oneDNN's bf16 kernels
-# need avx512_bf16 or amx_bf16; with AVX2 only, vLLM's bf16 falls back to slow torch matmuls)
+from ..core.models import cpu_info
+
+# the vector extensions that decide bf16 against fp32 speed on a CPU (gpu.serving.settings)
 SIMD = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
 def cpu(cpuinfo: str | None = None) -> str:
     """The processor's name and which of :data:`SIMD` it has, from ``cpuinfo`` (default:
     /proc/cpuinfo); records from processors that differ here are not comparable in bf16."""
-    info = Path("/proc/cpuinfo")
-    if cpuinfo is None:
-        cpuinfo = info.read_text() if info.exists() else ""
-    lines = cpuinfo.splitlines()
-
-    def field(key: str) -> str:
-        return next((l.split(":", 1)[1].strip() for l in lines if l.startswith(key)), "")
-
-    flags = set(field("flags").split())
-    name = field("model name") or platform.processor() or platform.machine()
+    name, flags = cpu_info(cpuinfo)
+    name = name or platform.processor() or platform.machine()
     return f"{name} ({', '.join(f for f in SIMD if f in flags) or 'none of ' + '/'.join(SIMD)})"
 
 

@@ -33,7 +33,7 @@ from ..core.archspec import arch_of
 from ..core.config import PrefillConfig
 from ..eval.instruments import cost_arm
 from ..maps.files import cached_maps
-from ..serving.settings import ENGINE_ARGS, all_cores, overrides
+from ..serving.settings import ENGINE_ARGS, all_cores, default_dtype, overrides
 from .bench_options import VLLM_ARMS, BenchOptions
 from .bench_records import cpu, prior_records
 from .bench import prompt_ids
@@ -165,8 +165,9 @@ def run(opts: BenchOptions) -> int:
     """Every model at its lengths; bench.json rewritten after every record (resumable)."""
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
+    dtype = opts.dtype or default_dtype()
     out = Path(opts.out_dir) / "vllm"
-    path = out / f"bench-{opts.dtype}.json"
+    path = out / f"bench-{dtype}.json"
     prior = prior_records(path, opts.resume)
     done = {(r["model"], r["n"], r["repeats"]) for r in prior}
     info = {"command": "ridgefill " + " ".join(sys.argv[1:]), "machine": platform.platform(),
@@ -183,7 +184,7 @@ def run(opts: BenchOptions) -> int:
                    if (name, n, opts.repeats) not in done]
         if not lengths:
             continue
-        for rec in bench_model(name, lengths, opts.repeats, opts.dtype, opts.reference,
+        for rec in bench_model(name, lengths, opts.repeats, dtype, opts.reference,
                                opts.arms):
             records.append({k: info[k] for k in ("command", "date", "machine", "cpu")} | rec)
             write_json(path, {**info, "complete": False, "records": kept()})
