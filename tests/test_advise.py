@@ -51,6 +51,15 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
         rf = RidgeFill.load(str(model), str(tmp_path / "mine.safetensors"), device="cpu")
         assert {k: getattr(rf.config, k) for k in rec["config"]} == rec["config"]
         assert rf.maps.kind == kinds[0]
+        # generate and prefill (and the presses: gpu.press.maps_config) given the file alone
+        from gpu.maps.files import load_maps
+        from gpu.press import maps_config
+
+        mine = str(tmp_path / "mine.safetensors")
+        assert main(["generate", "--model", str(model), "--maps", mine, "--prompt",
+                     "a b c d e f g h i j k l m n o p q r s t", "--max-new-tokens", "1"]) == 0
+        assert "advised for these maps" in capsys.readouterr().out
+        assert maps_config(load_maps(mine)) == PrefillConfig(**rec["config"])
     else:
         assert not (tmp_path / "mine.safetensors").exists()
         assert f"--maps: {rec['arm']} reads" in printed and "nothing written" in printed
