@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.config import option
+from ..eval.options import TAILS
 
 BUDGET = {"retrieval": 5.0, "key": 0.5}  # points below exact; key-token dNLL, nats
 # The confirmation: needle samples per task and length (10: 40 needles at two lengths, a
@@ -25,7 +26,7 @@ class AdviseOptions:
     budget: tuple[tuple[str, float], ...] = option((), "retrieval=POINTS below exact (default "
                                                      f"{BUDGET['retrieval']:g}), key=NATS of "
                                                      f"key-token dNLL (default {BUDGET['key']:g})")
-    tails: tuple[int, ...] = option((1, 512, 1024), "exact tails of the frontier")
+    tails: tuple[int, ...] = option(TAILS, "exact tails of the frontier")
     samples: int = option(4, "needle samples per task and length")
     docs: int = option(4, "held-out documents for loss")
     calib: str = option("builtin", "'builtin' or a folder of .txt/.md files")
