@@ -7,9 +7,10 @@ import platform
 from pathlib import Path
 
 from ..core.models import cpu_info
+from ..serving.settings import BF16_FLAGS
 
-# the vector extensions that decide bf16 against fp32 speed on a CPU (gpu.serving.settings)
-SIMD = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+# the vector extensions that decide bf16 against fp32 speed on a CPU
+SIMD = ("avx2", "avx512f", *BF16_FLAGS)
 
 
 def cpu(cpuinfo: str | None = None) -> str:
