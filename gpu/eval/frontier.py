@@ -18,6 +18,9 @@ passes and batched decoding as ``make eval``; sharded under torchrun by gpu.eval
   anchored and the direct cache-entry (kv) fills, and keys from one fill with values from
   another (:data:`SOURCE_PAIRS`).
 
+``--suite ruler`` runs the same grid on RULER's samples from lm-eval (gpu.eval.ruler) instead
+of the project's filled-region needles; ``--maps-from`` reuses another run's fitted maps.
+
 Every arm is paired with exact and with POP native (retrieval, novel- and key-token dNLL);
 paper 6.4's test (RidgeFill at 5/8 depth vs POP native, non-inferiority on filled-region
 retrieval at a 3-point margin) is stated confirmed / refuted / inconclusive. Each arm's
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from rfmodel.atomic import write_json
+from rfmodel.atomic import write_json, write_text
 
 from ..core import models
 from ..core import presets
@@ -44,7 +47,8 @@ from . import harness as ev
 from .frontier_report import summarize, write as write_summary
 from .grid import EvalConfig, depth, preset_for
 from .instruments import Arm, Session
-from .options import TAILS, FrontierOptions
+from . import ruler
+from .options import TAILS, TASKS, FrontierOptions
 from .report import MARGIN_POP
 from .shard import Shard
 from .timing import time_arms
@@ -222,13 +226,26 @@ def frontier_config(loaded, o: FrontierOptions) -> tuple[EvalConfig, Frontier]:
                          f"the scored stretch) and shorter than the documents ({loss_length}); "
                          "pass other --tails or --loss-length")
     cfg = replace(preset, splits=(primary, *rest), tail=tail,
-                  needles={n: tuple(o.tasks) for n in lengths}, samples=samples, docs=docs,
+                  needles={n: tuple(task_names(o)) for n in lengths}, samples=samples, docs=docs,
                   loss_length=loss_length, seed=o.seed,
                   score_tokens=min(preset.score_tokens, tail // 2),
                   instruments=tuple(i for i in ("needle", "loss")
                                     if i in o.instruments and (i == "needle" or docs)),
                   minimum={"samples": samples, "docs": docs, "domains": min(4, docs)})
     return cfg, fr
+
+
+def task_names(o: FrontierOptions) -> tuple[str, ...]:
+    """The needle tasks of a run: ``o.tasks``, else the suite's."""
+    return tuple(o.tasks or (ruler.OFFLINE if o.suite == "ruler" else TASKS))
+
+
+def suite_units(loaded, cfg: EvalConfig, o: FrontierOptions):
+    """RULER's samples (gpu.eval.ruler) for ``--suite ruler``; None: the harness's own."""
+    if o.suite != "ruler":
+        return None
+    return [u for n, names in sorted(cfg.needles.items())
+            for u in ruler.units(loaded.tokenizer, names, n, cfg.samples, cfg.seed, cfg.chat)]
 
 
 def timed(loaded, cfg: EvalConfig, maps, arms: list[Arm], root: Path, units: int,
@@ -269,14 +286,16 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
         # the grid with every instrument: a run of one of them reports itself partial
         whole = replace(cfg, instruments=("needle", "loss") if o.docs else ("needle",))
         root = o.out_dir / lm.name
-        maps = ev.ensure_maps(lm, cfg, root, calib, progress, kinds=fr.kinds, **(fit_kw or {}))
+        maps = ev.ensure_maps(lm, cfg, (o.maps_from or o.out_dir) / lm.name, calib, progress,
+                              kinds=fr.kinds, **(fit_kw or {}))
         texts = texts or CorpusTexts()
         try:
             rep = ev.evaluate_model(lm, cfg, o.out_dir, texts, maps=maps,
                                     command=command, progress=progress, arms=arms, shard=shard,
                                     pairs=fr.pairs(arms) + fr.fill_pairs(arms)
                                     + fr.check_pairs(arms) + fr.component_pairs(arms),
-                                    tests=fr.tests(arms), preset=whole)
+                                    tests=fr.tests(arms), preset=whole,
+                                    needles=suite_units(lm, cfg, o))
         except (KeyboardInterrupt, SystemExit):  # stopped: the harness wrote a partial report
             if shard.rank == 0 and (root / "report.json").is_file():
                 partial = json.loads((root / "report.json").read_text())
@@ -287,10 +306,15 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
             raise
         if rep is None:  # a rank other than 0: rank 0 merged the shares
             continue
-        timing = (timed(lm, cfg, maps, arms, root, o.timing_units, texts, progress)
+        # prefill time depends on the length alone: timed on the project's own needles
+        on = replace(cfg, needles={n: TASKS for n in cfg.needles}) if o.suite == "ruler" else cfg
+        timing = (timed(lm, on, maps, arms, root, o.timing_units, texts, progress)
                   if o.timing_units else {})
         summ = summarize(rep, fr, arms, timing, {"command": command, "seed": o.seed})
         write_summary(root, summ)
+        if o.suite == "ruler":
+            write_text(root / "ruler.md", f"# RULER: {lm.name}\n\n`{command}`\n\n"
+                       + ruler.table(rep, fr.pop_native))
         print(f"{lm.name}: {rep['counts']['records']} records{' (PARTIAL)' if summ['partial'] else ''}"
               f" -> {root}/frontier.md")
         out.append(summ)

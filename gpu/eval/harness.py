@@ -213,13 +213,15 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
                    command: str = "", progress: bool = True, fit_kw: dict | None = None,
                    calib: str = "builtin", preset: EvalConfig | None = None,
                    arms: list[Arm] | None = None, shard: Shard | None = None,
-                   pairs: list | None = None, tests: list | None = None) -> dict | None:
+                   pairs: list | None = None, tests: list | None = None,
+                   needles: list[Unit] | None = None) -> dict | None:
     """Run (or resume) one model's grid and write its report; returns the report dict.
     ``arms`` replaces the study's arms (a selector study: any gpu.core.select selector with its
     options, each followed by controls whose ``of`` names it). ``shard``: this rank's share
     under torchrun (gpu.eval.shard; default from RANK / WORLD_SIZE); rank 0 merges every
     rank's journal and writes the report, the other ranks return None. ``pairs``: (a, b)
-    arms to contrast beyond the study's; ``tests``: (a, b, margin) non-inferiority tests."""
+    arms to contrast beyond the study's; ``tests``: (a, b, margin) non-inferiority tests;
+    ``needles``: needle units other than the filled-region set (gpu.eval.ruler's)."""
     started = time.time()
     shard = shard or Shard.from_env()
     root = out_dir / loaded.name
@@ -235,7 +237,14 @@ def evaluate_model(loaded, cfg: EvalConfig, out_dir: Path, texts, *, maps=None,
         raise ValueError("the first arm must be Arm('exact', PrefillConfig(fill='exact')): every measure is "
                          "paired with it")
     stats: dict = {}
-    needles = needle_units(loaded.tokenizer, cfg, texts, stats) if "needle" in cfg.instruments else []
+    if "needle" not in cfg.instruments:
+        needles = []
+    elif needles is None:
+        needles = needle_units(loaded.tokenizer, cfg, texts, stats)
+    else:
+        for s in sorted({u.stratum for u in needles}):  # every sample drawn is kept
+            kept = sum(u.stratum == s for u in needles)
+            stats[s] = {"kept": kept, "drawn": kept}
     docs = doc_units(loaded.tokenizer, cfg, texts, stats) if "loss" in cfg.instruments else []
     write_report = partial(_report, loaded, cfg, root, needles, docs, arms, sess, maps,
                            fingerprint, stats, texts, command, preset,

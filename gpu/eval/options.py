@@ -14,6 +14,7 @@ TASKS = ("niah_single_1", "niah_multikey_1")
 # summed over the late layers' heads; 0.5 repaired the needle on a smollm2 smoke sample, 2 not
 CHECKS = (0.5,)
 INSTRUMENTS = ("needle", "loss")
+SUITES = ("needles", "ruler")  # the project's filled-region needles; RULER via lm-eval
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,13 @@ class FrontierOptions:
     docs: int = option(8, "long documents for the key-token loss")
     lengths: tuple[int, ...] | None = option(None, "needle prompt lengths (default per model: "
                                                    "gpu.eval.frontier.LENGTHS, else 2K and 4K)")
-    tasks: tuple[str, ...] = option(TASKS, "needle tasks")
+    tasks: tuple[str, ...] | None = option(None, "needle tasks (default: niah_single_1 "
+                                                  "niah_multikey_1; --suite ruler: every RULER "
+                                                  "task that generates offline)")
+    suite: str = option("needles", "needles: the project's filled-region samples; ruler: "
+                                   "RULER's samples from lm-eval (gpu.eval.ruler)", choices=SUITES)
+    maps_from: Path | None = option(None, "a results folder whose <model>/maps to reuse (e.g. "
+                                          "results/power; default: --out-dir)")
     loss_length: int = option(4096, "tokens of each document")
     instruments: tuple[str, ...] = option(INSTRUMENTS, "which to run now (the journal keeps "
                                                        "both)", choices=INSTRUMENTS)

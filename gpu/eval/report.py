@@ -209,8 +209,11 @@ def contrasts(needles: dict, docs: dict, meta: dict) -> list[dict]:
             continue
         row = {"a": a, "b": b}
         if needles and a in needles["arms"] and b in needles["arms"]:
-            vec = needles["_vec"]
-            row["retrieval"] = interval(vec(a), vec(b), needles["_strata"])
+            va, vb, st = needles["_vec"](a), needles["_vec"](b), np.asarray(needles["_strata"])
+            row["retrieval"] = interval(va, vb, st)
+            if len(needles["strata"]) > 1:  # each task family (and length) on its own
+                row["retrieval_by_stratum"] = {s: interval(va[st == s], vb[st == s], st[st == s])
+                                               for s in needles["strata"]}
         if docs and a in docs["_d"] and b in docs["_d"]:
             for k in ("novel", "key"):
                 row[f"dnll_{k}"] = interval(docs["_d"][a][k], docs["_d"][b][k], docs["_strata"])
@@ -230,21 +233,33 @@ def noninferiority(needles: dict, meta: dict) -> list[dict]:
     out = []
     if not needles:
         return out
+    strata = np.asarray(needles.get("_strata", ()))
     for a, b, margin in tests:
         if a not in needles["arms"] or b not in needles["arms"]:
             continue
         x, y = needles["_vec"](a), needles["_vec"](b)
-        ok = np.isfinite(x) & np.isfinite(y)
-        if ok.sum() == 0:
+        test = _noninferior(x, y, strata, margin)
+        if test is None:
             continue
-        st = np.asarray(needles["_strata"])[ok]
-        ni = noninferior(x[ok], y[ok], margin, strata=st, resamples=RESAMPLES, accuracy=False)
-        floor = binomial_floor(int(ok.sum()))
-        bound = min(ni.bootstrap_bound, floor)
-        out.append({"a": a, "b": b, "margin": margin, "estimate": _f(ni.estimate),
-                    "bootstrap_bound": _f(ni.bootstrap_bound), "floor": _f(floor),
-                    "bound": _f(bound), "passed": bool(bound > -margin), "n": int(ok.sum())})
+        if len(needles["strata"]) > 1:  # each task family (and length) on its own
+            test["by_stratum"] = {s: _noninferior(x[strata == s], y[strata == s],
+                                                  strata[strata == s], margin)
+                                  for s in needles["strata"]}
+        out.append({"a": a, "b": b, "margin": margin, **test})
     return out
+
+
+def _noninferior(x, y, strata, margin: float) -> dict | None:
+    """The test of :func:`noninferiority` on the pairs where both are finite (None: none)."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() == 0:
+        return None
+    ni = noninferior(x[ok], y[ok], margin, strata=strata[ok], resamples=RESAMPLES, accuracy=False)
+    floor = binomial_floor(int(ok.sum()))
+    bound = min(ni.bootstrap_bound, floor)
+    return {"estimate": _f(ni.estimate), "bootstrap_bound": _f(ni.bootstrap_bound),
+            "floor": _f(floor), "bound": _f(bound), "passed": bool(bound > -margin),
+            "n": int(ok.sum())}
 
 
 def splices(needles: dict, docs: dict, meta: dict) -> dict:
