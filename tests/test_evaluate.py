@@ -294,6 +294,43 @@ def test_needle_contrasts_by_prompt_length():
     assert out["ridge@3"]["vs_exact"]["estimate"] == -50.0 and out["exact"]["vs_exact_by_length"] is None
 
 
+def test_contrasts_and_noninferiority_per_task_family():
+    """With several strata each pair and each test is also given per stratum: the contrast
+    of that stratum's samples alone (RULER's task families)."""
+    recs = []
+    for i in range(12):
+        task = ("a", "b")[i % 2]
+        for arm, score in (("exact", 1.0), ("pop@6", 1.0), ("ridge@3", float(task == "a"))):
+            recs.append({"arm": arm, "unit": f"u{i}", "stratum": f"{task}/4096", "score": score,
+                         "correct": score, "filled": 90, "exact_prefix": 10,
+                         "needle_rows_exact": None, "macs_share": 0.5, "seconds": 1.0})
+    arms = [{"name": n, "label": ""} for n in ("exact", "pop@6", "ridge@3")]
+    needles = report._needles(recs, arms)
+    meta = {"config": {"splits": [3]}, "arms": [{"name": "pop@6"}], "pairs": [("ridge@3", "pop@6")],
+            "tests": [("ridge@3", "pop@6", 3.0)]}
+    row = next(c for c in report.contrasts(needles, {}, {**meta, "arms": []})
+               if (c["a"], c["b"]) == ("ridge@3", "pop@6"))
+    assert row["retrieval"]["estimate"] == -50.0
+    by = row["retrieval_by_stratum"]
+    assert by["a/4096"]["estimate"] == 0.0 and by["a/4096"]["n"] == 6
+    assert by["b/4096"]["estimate"] == by["b/4096"]["high"] == -100.0
+    t = next(t for t in report.noninferiority(needles, meta) if t["b"] == "pop@6")
+    assert not t["passed"] and not t["by_stratum"]["b/4096"]["passed"]
+    a = t["by_stratum"]["a/4096"]  # 6 of 6 in both arms: only the binomial floor binds
+    assert a["n"] == 6 and a["bound"] == pytest.approx(-100 * (1 - 0.05 ** (1 / 6)))
+
+
+def test_key_token_dnll_per_token_weighs_each_token():
+    """Per token, a document's key tokens count one by one: two documents holding 1 and 3 key
+    tokens with dNLL 1.0 and 0.0 average 0.5 per document and 0.25 per token."""
+    a = {0: np.array([1.0]), 1: np.array([0.0, 0.0, 0.0]), 2: np.array([])}
+    b = {0: np.array([0.5]), 1: np.array([1.0, 1.0, 1.0])}
+    assert report.per_token(a) == {"estimate": 0.25, "tokens": 4, "documents": 2}
+    assert report.per_token(a, b) == {"estimate": pytest.approx((0.5 - 3) / 4), "tokens": 4,
+                                      "documents": 2}
+    assert report.per_token({0: np.array([])}) is None
+
+
 # ----------------------------------------------------------------------------- resume
 class Stop(Exception):
     pass

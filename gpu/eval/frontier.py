@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from rfmodel.atomic import write_json, write_text
+from rfmodel.atomic import write_json
 
 from ..core import models
 from ..core import presets
@@ -301,6 +301,8 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
                 partial = json.loads((root / "report.json").read_text())
                 write_summary(root, summarize(partial, fr, arms, {},
                                               {"command": command, "seed": o.seed}))
+                if o.suite == "ruler":
+                    ruler.write(root, partial, fr.pop_native, command)
                 print(f"stopped: partial frontier -> {root}/frontier.md (rerun to resume)",
                       file=sys.stderr)
             raise
@@ -313,8 +315,7 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
         summ = summarize(rep, fr, arms, timing, {"command": command, "seed": o.seed})
         write_summary(root, summ)
         if o.suite == "ruler":
-            write_text(root / "ruler.md", f"# RULER: {lm.name}\n\n`{command}`\n\n"
-                       + ruler.table(rep, fr.pop_native))
+            ruler.write(root, rep, fr.pop_native, command)
         print(f"{lm.name}: {rep['counts']['records']} records{' (PARTIAL)' if summ['partial'] else ''}"
               f" -> {root}/frontier.md")
         out.append(summ)

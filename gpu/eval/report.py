@@ -146,16 +146,19 @@ def _docs(recs: list[dict], arms: list[dict]) -> dict:
            "scored_tokens": int(sum(len(m["all"]) for m in masks.values())),
            "docs_with_key_tokens": int(sum(m["key"].any() for m in masks.values()))}
     deltas: dict[str, dict[str, np.ndarray]] = {}
+    keyd: dict[str, dict[int, np.ndarray]] = {}  # per arm, per document: each key token's dNLL
     for a in arms:
         name = a["name"]
         if name not in by:
             continue
         d = {k: np.full(len(units), np.nan) for k in ("all", "novel", "key", "agree", "kl")}
+        keyd[name] = {}
         for i, u in enumerate(units):
             r = by[name].get(u)
             if r is None:
                 continue
             diff = np.array(r["nll"]) - np.array(ex[u]["nll"])
+            keyd[name][i] = diff[masks[u]["key"]]
             for k in ("all", "novel", "key"):
                 m = masks[u][k]
                 d[k][i] = diff[m].mean() if m.any() else np.nan
@@ -168,14 +171,29 @@ def _docs(recs: list[dict], arms: list[dict]) -> dict:
         out["arms"][name] = {
             "label": a["label"], "n": int(np.isfinite(d["all"]).sum()),
             **{f"dnll_{k}": interval(d[k], zero, domain) for k in ("all", "novel", "key")},
+            "dnll_key_per_token": per_token(keyd[name]),
             "agreement": _f(np.nanmean(d["agree"])) if np.isfinite(d["agree"]).any() else None,
             "kl_mean": _f(np.nanmean(d["kl"])) if np.isfinite(d["kl"]).any() else None,
             "kl_median": _f(np.nanmedian(d["kl"])) if np.isfinite(d["kl"]).any() else None,
             "seconds": _f(np.mean([r["seconds"] for r in by[name].values()])),
             "check": check_stats(list(by[name].values())),
         }
-    out["_d"], out["_strata"] = deltas, domain
+    out["_d"], out["_strata"], out["_keyd"] = deltas, domain, keyd
     return out
+
+
+def per_token(by_doc: dict[int, np.ndarray], minus: dict[int, np.ndarray] | None = None
+              ) -> dict | None:
+    """The key-token dNLL averaged over key tokens instead of documents (a document with
+    many key tokens weighs more), optionally of the difference with another arm on the
+    documents both scored: {"estimate", "tokens", "documents"}, None with no key token."""
+    docs = [i for i in by_doc if minus is None or i in minus]
+    parts = [by_doc[i] - (minus[i] if minus is not None else 0.0) for i in docs]
+    tokens = int(sum(len(p) for p in parts))
+    if not tokens:
+        return None
+    return {"estimate": _f(np.concatenate(parts).mean()), "tokens": tokens,
+            "documents": int(sum(len(p) > 0 for p in parts))}
 
 
 # ----------------------------------------------------------------------------- contrasts
@@ -211,13 +229,14 @@ def contrasts(needles: dict, docs: dict, meta: dict) -> list[dict]:
         if needles and a in needles["arms"] and b in needles["arms"]:
             va, vb, st = needles["_vec"](a), needles["_vec"](b), np.asarray(needles["_strata"])
             row["retrieval"] = interval(va, vb, st)
-            if len(needles["strata"]) > 1:  # each task family (and length) on its own
+            if len(needles.get("strata", ())) > 1:  # each task family (and length) on its own
                 row["retrieval_by_stratum"] = {s: interval(va[st == s], vb[st == s], st[st == s])
                                                for s in needles["strata"]}
         if docs and a in docs["_d"] and b in docs["_d"]:
             for k in ("novel", "key"):
                 row[f"dnll_{k}"] = interval(docs["_d"][a][k], docs["_d"][b][k], docs["_strata"])
             row["kl"] = interval(docs["_d"][a]["kl"], docs["_d"][b]["kl"], docs["_strata"])
+            row["dnll_key_per_token"] = per_token(docs["_keyd"][a], docs["_keyd"][b])
         if len(row) > 2:
             out.append(row)
     return out
@@ -241,7 +260,7 @@ def noninferiority(needles: dict, meta: dict) -> list[dict]:
         test = _noninferior(x, y, strata, margin)
         if test is None:
             continue
-        if len(needles["strata"]) > 1:  # each task family (and length) on its own
+        if len(needles.get("strata", ())) > 1:  # each task family (and length) on its own
             test["by_stratum"] = {s: _noninferior(x[strata == s], y[strata == s],
                                                   strata[strata == s], margin)
                                   for s in needles["strata"]}

@@ -17,10 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import random
+from pathlib import Path
 from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
+
+from rfmodel.atomic import write_text
 
 from ..core import prompt as prompts
 from .units import Unit, sig
@@ -172,3 +175,10 @@ def table(rep: dict, pop: str) -> str:
         lines.append(f"| {name} | " + " | ".join(verdict(by.get(s)) for s in strata)
                      + f" | {verdict(t)} |")
     return "\n".join(lines) + "\n"
+
+
+def write(root: Path, rep: dict, pop: str, command: str) -> None:
+    """``root/ruler.md``: :func:`table` under the command that ran it (a partial run's too)."""
+    why = "; ".join(rep.get("partial_reasons") or [])
+    write_text(root / "ruler.md", f"# RULER: {rep['model']}\n\n`{command}`\n\n"
+               + (f"Partial: {why}.\n\n" if why else "") + table(rep, pop))
