@@ -433,3 +433,18 @@ def test_custom_arms_for_a_selector_study(mini, tmp_path):
     pairs = {(c["a"], c["b"]) for c in rep["contrasts"]}
     assert {(sel.name, sel.name + "/random"), (sel.name, "ridge@3")} <= pairs
     assert "options" not in arms[1].spec() and sel.spec()["options"] == (("share", 0.05),)
+
+
+def test_rereport_keeps_the_later_record_of_a_rerun_arm():
+    """A journal holding an arm measured twice on a unit (a rerun after a fix) reports the
+    later record alone, and only the units that every arm measured."""
+    from gpu.eval.rereport import complete_records
+
+    def rec(unit, arm, score):
+        return {"instrument": "needle", "unit": unit, "arm": arm, "score": score}
+
+    records = [rec("u0", "exact", 1), rec("u0", "kv@3", 0), rec("u1", "exact", 1),
+               {"instrument": "session", "wall_seconds": 1.0}, rec("u0", "kv@3", 1)]
+    kept = complete_records(records, {"exact", "kv@3"})
+    assert [r.get("score") for r in kept] == [1, None, 1]
+    assert [r.get("unit") for r in kept] == ["u0", None, "u0"]

@@ -15,14 +15,18 @@ from .report import write
 
 
 def complete_records(records: list[dict], arms: set[str]) -> list[dict]:
-    """The sessions, and the needle and document records of the units every arm measured."""
+    """The sessions, and the needle and document records of the units every arm measured:
+    of an arm measured twice on a unit (a rerun after a fix), the later record alone."""
     have: dict[str, set] = defaultdict(set)
-    for r in records:
+    last: dict[tuple, int] = {}
+    for i, r in enumerate(records):
         if r["instrument"] != "session" and r["arm"] in arms:
             have[r["unit"]].add(r["arm"])
+            last[(r["instrument"], r["unit"], r["arm"])] = i
     full = {u for u, a in have.items() if a >= arms}
-    return [r for r in records if r["instrument"] == "session"
-            or (r["arm"] in arms and r["unit"] in full)]
+    return [r for i, r in enumerate(records) if r["instrument"] == "session"
+            or (r["arm"] in arms and r["unit"] in full
+                and last[(r["instrument"], r["unit"], r["arm"])] == i)]
 
 
 def rereport(root: Path) -> dict:
