@@ -70,6 +70,12 @@ def _length_masks(strata: list[str]) -> dict[str, np.ndarray]:
     return {n: lengths == n for n in sorted(set(lengths.tolist()), key=int)}
 
 
+def _stratum_masks(strata: list[str]) -> dict[str, np.ndarray]:
+    """Masks of the samples of each stratum (task/length)."""
+    st = np.asarray(strata)
+    return {s: st == s for s in sorted(set(strata))}
+
+
 def _needles(recs: list[dict], arms: list[dict]) -> dict:
     by = _by_arm(recs)
     if "exact" not in by:
@@ -100,6 +106,9 @@ def _needles(recs: list[dict], arms: list[dict]) -> dict:
             "vs_exact_by_length": {n: interval(v[m], ex[m], np.array(st)[m])
                                    for n, m in _length_masks(st).items()}
             if name != "exact" else None,
+            "vs_exact_by_stratum": {s: interval(v[m], ex[m], np.array(st)[m])
+                                    for s, m in _stratum_masks(st).items()}
+            if name != "exact" and len(set(st)) > 1 else None,
             "exact_row_share": _f(np.mean(share)) if share else None,
             "needle_rows_exact": _f(np.mean(cover)) if cover else None,
             "macs_share": _f(np.mean(macs)) if macs else None,

@@ -155,10 +155,12 @@ def table(rep: dict, pop: str) -> str:
         lines += ["", f"Paired difference against {title}, points (95% interval):", "",
                   "| arm | " + " | ".join(s.split("/")[0] for s in strata) + " | pooled |",
                   "|---|" + "---|" * (len(strata) + 1)]
-        for name in nd["arms"]:
+        for name, a in nd["arms"].items():
             c = con.get((name, b)) or {}
-            by = c.get("retrieval_by_stratum") or {}
+            if b == "exact" and a.get("vs_exact"):
+                c = {"retrieval": a["vs_exact"], "retrieval_by_stratum": a["vs_exact_by_stratum"]}
             if c:
+                by = c.get("retrieval_by_stratum") or {}
                 lines.append(f"| {name} | " + " | ".join(_iv(by.get(s)) for s in strata)
                              + f" | {_iv(c['retrieval'])} |")
     lines += ["", "Non-inferior to POP native at a 3-point margin (one-sided 95% bound):", "",
