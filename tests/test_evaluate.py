@@ -306,6 +306,9 @@ def test_contrasts_and_noninferiority_per_task_family():
                          "needle_rows_exact": None, "macs_share": 0.5, "seconds": 1.0})
     arms = [{"name": n, "label": ""} for n in ("exact", "pop@6", "ridge@3")]
     needles = report._needles(recs, arms)
+    vs_exact = needles["arms"]["ridge@3"]["vs_exact_by_stratum"]
+    assert vs_exact["a/4096"]["estimate"] == 0.0 and vs_exact["b/4096"]["estimate"] == -100.0
+    assert needles["arms"]["exact"]["vs_exact_by_stratum"] is None
     meta = {"config": {"splits": [3]}, "arms": [{"name": "pop@6"}], "pairs": [("ridge@3", "pop@6")],
             "tests": [("ridge@3", "pop@6", 3.0)]}
     row = next(c for c in report.contrasts(needles, {}, {**meta, "arms": []})
