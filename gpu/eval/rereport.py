@@ -1,4 +1,5 @@
-"""``python -m gpu.eval.rereport DIR ...``: a frontier directory's report written again from its
+"""``python -m gpu.eval.rereport DIR ...``: a frontier directory's report (and a RULER run's
+ruler.md) written again from its
 journal with the frontier's current pairs (gpu.eval.frontier.Frontier.fill_pairs added to
 those the run stored), with no maps and no run: the records of the units on which every arm of
 the report was measured (a journal that several commands wrote holds other units too)."""
@@ -10,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
+from . import ruler
 from .frontier import Frontier
 from .report import write
 
@@ -45,6 +47,9 @@ def rereport(root: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     for d in argv if argv is not None else sys.argv[1:]:
         rep = rereport(Path(d))
+        if (Path(d) / "ruler.md").is_file():  # a --suite ruler run: its table too
+            ruler.write(Path(d), rep, Frontier(rep["meta"]["n_layers"]).pop_native,
+                        rep["meta"]["command"])
         print(f"{d}: {rep['counts']['needle_samples']} needle samples, "
               f"{rep['counts']['documents']} documents, {len(rep['contrasts'])} contrasts")
     return 0

@@ -148,15 +148,17 @@ def table(rep: dict, pop: str) -> str:
     ni = {t["a"]: t for t in rep["noninferiority"] if t["b"] == pop}
     lines = ["| arm | n | " + " | ".join(s.split("/")[0] for s in strata) + " | pooled |",
              "|---|---:|" + "---:|" * (len(strata) + 1)]
-    for name, a in nd["arms"].items():
+    order = sorted(nd["arms"], key=lambda n: (n != "exact", n != pop, n))
+    for name in order:
+        a = nd["arms"][name]
         cells = [f"{nd['by_stratum'][name][s]:.1f}" for s in strata]
         lines.append(f"| {name} | {a['n']} | " + " | ".join(cells) + f" | {a['score']:.1f} |")
     for b, title in (("exact", "exact"), (pop, "POP native")):
         lines += ["", f"Paired difference against {title}, points (95% interval):", "",
                   "| arm | " + " | ".join(s.split("/")[0] for s in strata) + " | pooled |",
                   "|---|" + "---|" * (len(strata) + 1)]
-        for name, a in nd["arms"].items():
-            c = con.get((name, b)) or {}
+        for name in order:
+            a, c = nd["arms"][name], con.get((name, b)) or {}
             if b == "exact" and a.get("vs_exact"):
                 c = {"retrieval": a["vs_exact"], "retrieval_by_stratum": a["vs_exact_by_stratum"]}
             if c:
@@ -172,7 +174,8 @@ def table(rep: dict, pop: str) -> str:
             return "-"
         return f"{'passed' if t['passed'] else 'not shown'} ({t['bound']:+.1f}, n={t['n']})"
 
-    for name, t in ni.items():
+    for name in (n for n in order if n in ni):
+        t = ni[name]
         by = t.get("by_stratum") or {}
         lines.append(f"| {name} | " + " | ".join(verdict(by.get(s)) for s in strata)
                      + f" | {verdict(t)} |")
