@@ -107,7 +107,7 @@ def test_eval_flags_are_eval_options(what):
              "lengths": (512,), "tasks": ("niah_single_1",), "loss_length": 256,
              "continuation": 5, "instruments": ("needle",), "seed": 7, "tails": (1, 96),
              "fills": ("kv",), "cut": ("x*",), "keep": ("y*",), "checks": (0.25,),
-             "timing_units": 0}
+             "timing_units": 0, "suite": "ruler", "maps_from": Path("p")}
     argv = ["eval", what]
     for f in fields(cls):
         v = given[f.name]

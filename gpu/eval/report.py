@@ -17,6 +17,7 @@ from rfmath.stats import binomial_floor, noninferior, paired_bootstrap
 from rfmodel.atomic import write_json, write_text
 
 from .loss_masks import key_token_mask
+from .report_cost import estimate_hours
 
 RESAMPLES = 10_000
 MARGIN_EXACT, MARGIN_POP = 2.0, 3.0   # points, fixed in advance (paper 3.4)
@@ -367,41 +368,6 @@ def findings(con: list[dict], ni: list[dict], meta: dict) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- report
-def estimate_hours(needles_recs, doc_recs, meta) -> dict | None:
-    """Wall time of the whole preset grid from the seconds measured here (per record, by
-    prompt length; unmeasured lengths scaled by (length ratio)^1.3)."""
-    preset = meta.get("preset")
-    if not preset:
-        return None
-    per_len = defaultdict(list)
-    for r in needles_recs:
-        per_len[r["length"]].append(r["seconds"])
-    if not per_len and not doc_recs:
-        return None
-    mean = {k: float(np.mean(v)) for k, v in per_len.items()}
-    arms = meta["arms"]
-    n_arms, n_doc_arms = len(arms), len([a for a in arms if not a["blind"]])
-    total, rows = 0.0, {}
-    for length, tasks_ in preset["needles"].items():
-        length = int(length)
-        if mean:
-            ref = min(mean, key=lambda k: abs(math.log(k / length)))
-            sec = mean[ref] * (length / ref) ** 1.3
-            n = len(tasks_) * preset["minimum"]["samples"] * n_arms
-            rows[str(length)] = {"records": n, "seconds_per_record": sec,
-                                 "measured": ref == length}
-            total += n * sec
-    if doc_recs:
-        sec = float(np.mean([r["seconds"] for r in doc_recs]))
-        ref = meta["config"]["loss_length"]
-        sec *= (preset["loss_length"] / ref) ** 1.3
-        n = preset["minimum"]["docs"] * n_doc_arms
-        rows["loss"] = {"records": n, "seconds_per_record": sec,
-                        "measured": ref == preset["loss_length"]}
-        total += n * sec
-    return {"hours": total / 3600, "rows": rows}
-
-
 def aggregate(records: list[dict], meta: dict) -> dict:
     arms = meta["arms"]
     nrec = [r for r in records if r["instrument"] == "needle"]
