@@ -295,3 +295,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# the fit settings that keep a tiny random Llama's map fit to seconds (the harness tests)
+MINI_FIT_KW = {"lambdas": (1e-3, 1e-1), "doc_tokens": 512, "heldout_docs": 1, "heldout_tokens": 256}
+
+
+def mini_llama(root: Path):
+    """gpu.eval.minimodel's tiny Llama loaded fp32 on one thread, with its calibration folder:
+    yields {"root", "loaded", "calib"} and restores the thread count (a fixture's body)."""
+    from gpu.core import models
+    from gpu.eval import minimodel
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    loaded = models.load(str(minimodel.build(root / "tiny-llama")), device="cpu",
+                         dtype=torch.float32)
+    yield {"root": root, "loaded": loaded, "calib": str(minimodel.write_calibration(root / "calib"))}
+    torch.set_num_threads(threads)

@@ -8,10 +8,10 @@ import json
 from dataclasses import replace
 
 import pytest
-import torch
+
+from gpu_fixtures import MINI_FIT_KW, mini_llama
 
 from gpu.core.config import PrefillConfig
-from gpu.core import models
 from gpu.eval import frontier as fr
 from gpu.eval import minimodel
 from gpu.eval.frontier_report import dominating, verdict_64
@@ -20,18 +20,12 @@ from gpu.eval.options import FrontierOptions
 
 pytestmark = pytest.mark.slow
 
-FIT_KW = {"lambdas": (1e-3, 1e-1), "doc_tokens": 512, "heldout_docs": 1, "heldout_tokens": 256}
+FIT_KW = MINI_FIT_KW
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("frontier")
-    path = minimodel.build(root / "tiny-llama")
-    loaded = models.load(str(path), device="cpu", dtype=torch.float32)
-    yield {"root": root, "loaded": loaded, "calib": str(minimodel.write_calibration(root / "calib"))}
-    torch.set_num_threads(threads)
+    yield from mini_llama(tmp_path_factory.mktemp("frontier"))
 
 
 def run_tiny(tiny, out, **kw):

@@ -8,9 +8,9 @@ import random
 from dataclasses import replace
 
 import pytest
-import torch
 
-from gpu.core import models
+from gpu_fixtures import MINI_FIT_KW, mini_llama
+
 from gpu.eval import frontier as fr
 from gpu.eval import minimodel, ruler
 from gpu.eval.options import FrontierOptions
@@ -21,18 +21,12 @@ pytestmark = pytest.mark.slow
 
 TASKS = ("niah_single_1", "niah_multikey_2")
 LENGTH = 1024
-FIT_KW = {"lambdas": (1e-3, 1e-1), "doc_tokens": 512, "heldout_docs": 1, "heldout_tokens": 256}
+FIT_KW = MINI_FIT_KW
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("ruler")
-    loaded = models.load(str(minimodel.build(root / "tiny-llama")), device="cpu",
-                         dtype=torch.float32)
-    yield {"loaded": loaded, "calib": str(minimodel.write_calibration(root / "calib"))}
-    torch.set_num_threads(threads)
+    yield from mini_llama(tmp_path_factory.mktemp("ruler"))
 
 
 def test_units_are_lm_evals_samples_in_lm_evals_prompts(tiny):
