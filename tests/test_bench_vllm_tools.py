@@ -69,3 +69,29 @@ def test_records_name_the_processor_and_its_bf16_extensions():
     assert cpu("model name\t: Old One\nflags\t\t: fpu sse2\n") == (
         "Old One (none of avx2/avx512f/avx512_bf16/amx_bf16)")
     assert cpu().split(" (")[0]  # this machine's has a name
+
+
+def test_a_resumed_vllm_bench_remeasures_on_another_processor(tmp_path, monkeypatch):
+    """``--resume`` keeps a record only for the processor that measured it: bf16 speed
+    depends on the processor's extensions, so another processor measures again and both
+    records stay."""
+    import json
+
+    from gpu.tools import bench_vllm
+
+    measured = []
+
+    def fake_bench(name, lengths, repeats, *rest):
+        for n in lengths:
+            measured.append((name, n))
+            yield {"model": name, "n": n, "repeats": repeats, "median_seconds": {"stock": 1.0}}
+
+    monkeypatch.setattr(bench_vllm, "bench_model", fake_bench)
+    opts = BenchOptions(models=("m",), lengths=(64,), repeats=1, out_dir=tmp_path, resume=True,
+                        engine="vllm", dtype="bfloat16")
+    for name in ("Xeon A (avx2)", "Xeon A (avx2)", "Xeon B (avx2, amx_bf16)"):
+        monkeypatch.setattr(bench_vllm, "cpu", lambda name=name: name)
+        bench_vllm.run(opts)
+    assert measured == [("m", 64), ("m", 64)]  # the second run on A kept A's record
+    records = json.loads((tmp_path / "vllm" / "bench-bfloat16.json").read_text())["records"]
+    assert [r["cpu"] for r in records] == ["Xeon A (avx2)", "Xeon B (avx2, amx_bf16)"]

@@ -113,6 +113,7 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     assert s["dominating"]["retrieval"]  # (a random tiny model has no key tokens)
     md = (root / "frontier.md").read_text()
     assert "Paper 6.4" in md and "seed 0" in md and s["command"]
+    assert "filled-region needle samples" in md and "RULER" not in md
     assert json.loads((root / "frontier.json").read_text())["rows"]
     # a rerun measures nothing again
     import gpu.eval.instruments as ins

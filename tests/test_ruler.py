@@ -88,6 +88,8 @@ def test_frontier_runs_its_grid_on_ruler(tiny, tmp_path):
     md = (root / "ruler.md").read_text()
     assert all(t in md for t in TASKS) and "| ridge@6/t1 | 2 |" in md
     assert "Non-inferior to POP native" in md
+    head = (root / "frontier.md").read_text()  # RULER scores every sample, not filled-region ones
+    assert f"{len(TASKS)} RULER samples, every one scored" in head and "filled-region needle" not in head
     rep = json.loads((root / "report.json").read_text())
     vs_pop = next(c for c in rep["contrasts"] if (c["a"], c["b"]) == ("ridge@6/t1", "pop@6"))
     assert set(vs_pop["retrieval_by_stratum"]) == {f"{t}/{LENGTH}" for t in TASKS}

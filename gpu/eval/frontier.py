@@ -299,8 +299,8 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
         except (KeyboardInterrupt, SystemExit):  # stopped: the harness wrote a partial report
             if shard.rank == 0 and (root / "report.json").is_file():
                 partial = json.loads((root / "report.json").read_text())
-                write_summary(root, summarize(partial, fr, arms, {},
-                                              {"command": command, "seed": o.seed}))
+                write_summary(root, summarize(partial, fr, arms, {}, {"command": command, "seed": o.seed,
+                                                                   "suite": o.suite}))
                 if o.suite == "ruler":
                     ruler.write(root, partial, fr.pop_native, command)
                 print(f"stopped: partial frontier -> {root}/frontier.md (rerun to resume)",
@@ -312,7 +312,8 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
         on = replace(cfg, needles={n: TASKS for n in cfg.needles}) if o.suite == "ruler" else cfg
         timing = (timed(lm, on, maps, arms, root, o.timing_units, texts, progress)
                   if o.timing_units else {})
-        summ = summarize(rep, fr, arms, timing, {"command": command, "seed": o.seed})
+        summ = summarize(rep, fr, arms, timing,
+                         {"command": command, "seed": o.seed, "suite": o.suite})
         write_summary(root, summ)
         if o.suite == "ruler":
             ruler.write(root, rep, fr.pop_native, command)

@@ -105,6 +105,7 @@ def summarize(rep: dict, fr, arms: list[Arm], timing: dict, meta: dict) -> dict:
             "key_tokens": rep.get("documents", {}).get("key_tokens"),
             "docs_with_key_tokens": rep.get("documents", {}).get("docs_with_key_tokens"),
             "seed": meta["seed"], "command": meta["command"], "commands": rep["commands"],
+            "suite": meta.get("suite", "needles"),
             "wall_seconds": rep["wall_seconds"], "timing": {k: v for k, v in timing.items()
                                                             if k != "arms"},
             "rows": rows, "dominating": fronts, "equal_cost_winners": equal_cost,
@@ -134,9 +135,11 @@ def markdown(s: dict) -> str:
     L = [f"# RidgeFill frontier: {s['model']}{' — PARTIAL RUN' if s['partial'] else ''}", ""]
     if s["partial"]:
         L += ["> Partial: " + "; ".join(s["partial_reasons"]) + ". Rerun the command to "
-              "resume; do not quote these numbers.", ""]
-    L += [f"Command: `{s['command']}` (seed {s['seed']}); {s['samples']} filled-region needle "
-          f"samples ({s['needles']}), {s['documents']} documents of {s['loss_length']} tokens"
+              "resume; quote these numbers only with the sample count they rest on.", ""]
+    what = ("RULER samples, every one scored (per task: ruler.md)" if s.get("suite") == "ruler"
+            else "filled-region needle samples")
+    L += [f"Command: `{s['command']}` (seed {s['seed']}); {s['samples']} {what} "
+          f"({s['needles']}), {s['documents']} documents of {s['loss_length']} tokens"
           + (f" (key-token contrasts rest on {s['key_tokens']} key tokens in "
              f"{s['docs_with_key_tokens']} documents)" if s.get("key_tokens") is not None else "")
           + "; "

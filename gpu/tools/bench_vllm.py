@@ -161,6 +161,12 @@ def _line(r: dict) -> str:
     return "; ".join(parts)
 
 
+def _key(r: dict) -> tuple:
+    """What makes two records the same measurement: model, length, repeats and processor (bf16
+    speed depends on the processor's extensions, gpu.tools.bench_records.cpu)."""
+    return r["model"], r["n"], r["repeats"], r.get("cpu")
+
+
 def run(opts: BenchOptions) -> int:
     """Every model at its lengths; bench.json rewritten after every record (resumable)."""
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
@@ -169,19 +175,19 @@ def run(opts: BenchOptions) -> int:
     out = Path(opts.out_dir) / "vllm"
     path = out / f"bench-{dtype}.json"
     prior = prior_records(path, opts.resume)
-    done = {(r["model"], r["n"], r["repeats"]) for r in prior}
+    done = {_key(r) for r in prior}
     info = {"command": "ridgefill " + " ".join(sys.argv[1:]), "machine": platform.platform(),
             "cpu": cpu(), "date": time.strftime("%Y-%m-%d"), "seed": "haystack seed 1",
             "load_average_before": os.getloadavg()}
     records = []
 
     def kept() -> list[dict]:  # a narrower rerun never drops another run's record
-        mine = {(r["model"], r["n"], r["repeats"]) for r in records}
-        return [r for r in prior if (r["model"], r["n"], r["repeats"]) not in mine] + records
+        mine = {_key(r) for r in records}
+        return [r for r in prior if _key(r) not in mine] + records
 
     for name in opts.models:
         lengths = [n for n in (opts.lengths or LENGTHS.get(name, (2048, 4096)))
-                   if (name, n, opts.repeats) not in done]
+                   if (name, n, opts.repeats, info["cpu"]) not in done]
         if not lengths:
             continue
         for rec in bench_model(name, lengths, opts.repeats, dtype, opts.reference,
