@@ -117,8 +117,8 @@ power: models
 
 # paper 6.4's comparison at 8K on the 0.5B: exact, POP native, the advised fill and ridge at
 # 5/8 depth and POP's split on the same filled-region needle set as `make power` drawn at 8K
-# (at least 120 paired needles; about 2 minutes a needle on 2 cores, about 4 hours), resumable
-# into results/power-8k/, on the maps `make power` fitted
+# (at least 120 paired needles; about 75-85 s a needle for the five arms on 2 cores, about
+# 3 hours for the 136), resumable into results/power-8k/, on the maps `make power` fitted
 power-8k: models
 	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b --docs 0 --lengths 8192 \
 	  --samples 68 --tails 1 1024 --threads 2 --timing-units 0 --out-dir results/power-8k \
