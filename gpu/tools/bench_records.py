@@ -37,8 +37,8 @@ def prior_records(path: Path, resume: bool) -> list[dict]:
     return json.loads(path.read_text())["records"] if resume and path.exists() else []
 
 
-def merged(prior: list[dict], records: list[dict]) -> list[dict]:
-    """This run's records after the prior file's others (other models, lengths or settings):
-    a narrower rerun never drops a record."""
-    mine = {record_key(r) for r in records}
-    return [r for r in prior if record_key(r) not in mine] + records
+def merged(prior: list[dict], records: list[dict], key=record_key) -> list[dict]:
+    """This run's records after the prior file's others (other models, lengths or settings,
+    by ``key``): a narrower rerun never drops a record."""
+    mine = {key(r) for r in records}
+    return [r for r in prior if key(r) not in mine] + records

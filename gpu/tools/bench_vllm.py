@@ -35,7 +35,7 @@ from ..eval.instruments import cost_arm
 from ..maps.files import cached_maps
 from ..serving.settings import ENGINE_ARGS, all_cores, default_dtype, overrides
 from .bench_options import VLLM_ARMS, BenchOptions
-from .bench_records import cpu, prior_records
+from .bench_records import cpu, merged, prior_records
 from .bench import prompt_ids
 
 SETTLE = 1.5                # seconds between timings (vLLM's idle busy-poll is 1 s)
@@ -181,10 +181,6 @@ def run(opts: BenchOptions) -> int:
             "load_average_before": os.getloadavg()}
     records = []
 
-    def kept() -> list[dict]:  # a narrower rerun never drops another run's record
-        mine = {_key(r) for r in records}
-        return [r for r in prior if _key(r) not in mine] + records
-
     for name in opts.models:
         lengths = [n for n in (opts.lengths or LENGTHS.get(name, (2048, 4096)))
                    if (name, n, opts.repeats, info["cpu"]) not in done]
@@ -193,8 +189,8 @@ def run(opts: BenchOptions) -> int:
         for rec in bench_model(name, lengths, opts.repeats, dtype, opts.reference,
                                opts.arms):
             records.append({k: info[k] for k in ("command", "date", "machine", "cpu")} | rec)
-            write_json(path, {**info, "complete": False, "records": kept()})
-    write_json(path, {**info, "complete": True, "records": kept(),
+            write_json(path, {**info, "complete": False, "records": merged(prior, records, _key)})
+    write_json(path, {**info, "complete": True, "records": merged(prior, records, _key),
                       "load_average_after": os.getloadavg()})
     print(f"wrote {path}")
     return 0
