@@ -14,7 +14,7 @@ from gpu_fixtures import MINI_FIT_KW, mini_llama
 from gpu.core.config import PrefillConfig
 from gpu.eval import frontier as fr
 from gpu.eval import minimodel
-from gpu.eval.frontier_report import dominating, verdict_64
+from gpu.eval.frontier_report import dominating, markdown, verdict_64
 from gpu.eval.instruments import Arm, Session, probe_sweep_macs
 from gpu.eval.options import FrontierOptions
 
@@ -114,6 +114,8 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     md = (root / "frontier.md").read_text()
     assert "Paper 6.4" in md and "seed 0" in md and s["command"]
     assert "filled-region needle samples" in md and "RULER" not in md
+    assert "1 documents of 256 tokens" in md  # a needles-only run says so instead:
+    assert "no loss documents (needles only)" in markdown({**s, "documents": 0})
     assert json.loads((root / "frontier.json").read_text())["rows"]
     # a rerun measures nothing again
     import gpu.eval.instruments as ins

@@ -139,7 +139,9 @@ def markdown(s: dict) -> str:
     what = ("RULER samples, every one scored (per task: ruler.md)" if s.get("suite") == "ruler"
             else "filled-region needle samples")
     L += [f"Command: `{s['command']}` (seed {s['seed']}); {s['samples']} {what} "
-          f"({s['needles']}), {s['documents']} documents of {s['loss_length']} tokens"
+          f"({s['needles']}), "
+          + (f"{s['documents']} documents of {s['loss_length']} tokens" if s["documents"]
+             else "no loss documents (needles only)")
           + (f" (key-token contrasts rest on {s['key_tokens']} key tokens in "
              f"{s['docs_with_key_tokens']} documents)" if s.get("key_tokens") is not None else "")
           + "; "
