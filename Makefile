@@ -97,8 +97,9 @@ frontier-large: models
 # key-token contrasts (12; the 1.5B: 8); resumable, smallest model first, into results/power/
 # (the 1.5B alone takes about 2 hours; an arm added to a finished journal pays the lower layers
 # itself, the 1.5B's advised arm about 30 s a needle, after 33 minutes to fit the maps that
-# results/power/<model>/maps lacks on a fresh machine). The 1.5B's cuts (gpu.eval.frontier.CUTS) are given
-# whole, less the one that would cut its advised keys-identity / values-kv arm.
+# results/power/<model>/maps lacks on a fresh machine). The 1.5B's cuts
+# (gpu.eval.frontier.CUTS) are given whole, less the one that would cut its advised
+# keys-identity / values-kv arm.
 FILLS_KEEP := 'ridge@{deep}/t1' 'anchored@{deep}/t1' 'kv@{deep}/t1' \
   'ridge@{pop}/t1' 'anchored@{pop}/t1' 'kv@{pop}/t1'
 ADVISED_05 := 'kv.identity-values@{pop}/t1'

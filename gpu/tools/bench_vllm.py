@@ -183,7 +183,8 @@ def run(opts: BenchOptions) -> int:
 
     for name in opts.models:
         lengths = [n for n in (opts.lengths or LENGTHS.get(name, (2048, 4096)))
-                   if (name, n, opts.repeats, info["cpu"]) not in done]
+                   if _key({"model": name, "n": n, "repeats": opts.repeats,
+                            "cpu": info["cpu"]}) not in done]
         if not lengths:
             continue
         for rec in bench_model(name, lengths, opts.repeats, dtype, opts.reference,
