@@ -273,6 +273,14 @@ def test_bootstrap_and_noninferiority_on_known_data():
     (t,) = report.noninferiority(needles, meta)
     assert t["bootstrap_bound"] == 0 and t["bound"] == pytest.approx(-100 * (1 - 0.05 ** (1 / 20)))
     assert t["bound"] == t["floor"] and not t["passed"]  # -13.9 points < -2
+    assert report.ni_word(t) == "n too small"  # only the floor of 20 pairs stops it
+    vec["ridge+attention@3"] = np.r_[np.full(10, 0.0), np.full(10, 100.0)]
+    (t,) = report.noninferiority(needles, meta)
+    assert t["bootstrap_bound"] < -2 and report.ni_word(t) == "fail"
+    vec = {"exact": np.full(200, 100.0), "ridge+attention@3": np.full(200, 100.0)}
+    needles["_strata"] = ["t"] * 200
+    (t,) = report.noninferiority(needles, meta)
+    assert t["passed"] and t["floor"] > -2 and report.ni_word(t) == "pass"
 
 
 def test_needle_contrasts_by_prompt_length():
@@ -321,6 +329,7 @@ def test_contrasts_and_noninferiority_per_task_family():
     assert not t["passed"] and not t["by_stratum"]["b/4096"]["passed"]
     a = t["by_stratum"]["a/4096"]  # 6 of 6 in both arms: only the binomial floor binds
     assert a["n"] == 6 and a["bound"] == pytest.approx(-100 * (1 - 0.05 ** (1 / 6)))
+    assert report.ni_word(a) == "n too small" and report.ni_word(t["by_stratum"]["b/4096"]) == "fail"
 
 
 def test_key_token_dnll_per_token_weighs_each_token():

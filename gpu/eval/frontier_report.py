@@ -11,7 +11,7 @@ from pathlib import Path
 from rfmodel.atomic import atomic_path, write_json, write_text
 
 from .instruments import Arm
-from .report import MARGIN_POP
+from .report import MARGIN_POP, ni_word
 
 # The rule for "at least as good as POP at no more cost", stated before any number:
 # MAC share <= POP native's, retrieval non-inferior to POP native at the 3-point margin
@@ -174,7 +174,7 @@ def markdown(s: dict) -> str:
         nip = r["noninferior_pop"]
         L.append(f"| `{r['arm']}` | {_n(r['macs_share'], '.3f')} | {sp} | {_n(r['retrieval'])} | "
                  f"{interval(r['vs_exact'])} | {interval(r['vs_pop'])} | "
-                 f"{'-' if not nip else ('pass ' if nip['passed'] else 'fail ') + _n(nip['bound'], '+.1f')} | "
+                 f"{'-' if not nip else ni_word(nip) + ' ' + _n(nip['bound'], '+.1f')} | "
                  f"{interval(r['dnll_novel'], '+.3f')} | {interval(r['dnll_key'], '+.3f')} | "
                  f"{interval(r['key_vs_pop'], '+.3f')} | {_n(r['agreement'], '.2f')} |")
     spliced = [r for r in s["rows"] if r["splice"]]
@@ -201,7 +201,8 @@ def markdown(s: dict) -> str:
                      f"{_n(cn.get('rows_repaired'), '.1f')} | {_n(cn.get('overhead'), '+.0%')} | "
                      f"{_n(cd.get('repairs'), '.2f')} |")
     L += ["", "Intervals: paired 95% bootstrap (within task for retrieval, within domain for "
-          "documents); NI: the one-sided bound vs POP native (pass when above -3 points). MAC "
+          "documents); NI: the one-sided bound vs POP native (pass when above -3 points; n too "
+          "small when only the binomial floor of n pairs keeps it below). MAC "
           "share: rfmath.cost, every sweep charged (a probe's first sweep included); speedup: "
           f"exact prefill time / the arm's, alone, at {s['timing'].get('length', '-')} tokens "
           f"({s['timing'].get('units', 0)} samples, best of 2; {s['timing'].get('threads', '-')} "

@@ -286,9 +286,17 @@ def _noninferior(x, y, strata, margin: float) -> dict | None:
     ni = noninferior(x[ok], y[ok], margin, strata=strata[ok], resamples=RESAMPLES, accuracy=False)
     floor = binomial_floor(int(ok.sum()))
     bound = min(ni.bootstrap_bound, floor)
-    return {"estimate": _f(ni.estimate), "bootstrap_bound": _f(ni.bootstrap_bound),
-            "floor": _f(floor), "bound": _f(bound), "passed": bool(bound > -margin),
-            "n": int(ok.sum())}
+    return {"margin": margin, "estimate": _f(ni.estimate),
+            "bootstrap_bound": _f(ni.bootstrap_bound), "floor": _f(floor), "bound": _f(bound),
+            "passed": bool(bound > -margin), "n": int(ok.sum())}
+
+
+def ni_word(t: dict) -> str:
+    """The verdict of a :func:`noninferiority` test in a word (paper 3.4): pass; n too small
+    (the bootstrap bound clears -margin and only the binomial floor of n pairs does not); fail."""
+    if t["passed"]:
+        return "pass"
+    return "n too small" if t["bootstrap_bound"] > -t["margin"] else "fail"
 
 
 def splices(needles: dict, docs: dict, meta: dict) -> dict:
