@@ -96,7 +96,7 @@ frontier-large: models
 # at 5/8 (one-token tail), each Qwen model's advised fill (results/advise), and documents for the
 # key-token contrasts (12; the 1.5B: 8); resumable, smallest model first, into results/power/
 # (the 1.5B alone takes about 2 hours; an arm added to a finished journal pays the lower layers
-# itself, the 1.5B's advised arm about 30 s a needle, after 33 minutes to fit the maps that
+# itself, the 1.5B's advised arm about 35 s a needle, after 33 minutes to fit the maps that
 # results/power/<model>/maps lacks on a fresh machine). The 1.5B's cuts
 # (gpu.eval.frontier.CUTS) are given whole, less the one that would cut its advised
 # keys-identity / values-kv arm.
