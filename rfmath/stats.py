@@ -21,6 +21,7 @@ __all__ = [
     "NonInferiority",
     "binomial_floor",
     "paired_bootstrap",
+    "weighted_bootstrap",
     "noninferior",
     "count_matched_expected",
     "control_size_term",
@@ -99,9 +100,15 @@ def _groups(strata: object, n: int) -> list[np.ndarray]:
 
 
 def _resampled_stats(
-    d: np.ndarray, groups: list[np.ndarray], resamples: int, seed: int, stat: str
+    d: np.ndarray,
+    groups: list[np.ndarray],
+    resamples: int,
+    seed: int,
+    stat: str,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
-    """stat of each of ``resamples`` resamples of d, drawn with replacement inside each group."""
+    """stat of each of ``resamples`` resamples of d, drawn with replacement inside each group
+    (with ``weights``, the mean is the weighted mean of the drawn rows)."""
     rng = np.random.default_rng(seed)
     n = d.size
     out = np.empty(resamples)
@@ -115,9 +122,13 @@ def _resampled_stats(
             idx[:, col : col + size] = members[rng.integers(0, size, size=(b, size))]
             col += size
         sample = d[idx]
-        out[start : start + b] = (
-            sample.mean(axis=1) if stat == "mean" else np.median(sample, axis=1)
-        )
+        if weights is not None:
+            w = weights[idx]
+            out[start : start + b] = (sample * w).sum(axis=1) / w.sum(axis=1)
+        else:
+            out[start : start + b] = (
+                sample.mean(axis=1) if stat == "mean" else np.median(sample, axis=1)
+            )
     return out
 
 
@@ -147,6 +158,40 @@ def paired_bootstrap(
     low, high = np.quantile(stats, [(1.0 - lv) / 2.0, (1.0 + lv) / 2.0])
     estimate = d.mean() if st == "mean" else np.median(d)
     return Interval(float(estimate), float(low), float(high), int(d.size))
+
+
+def weighted_bootstrap(
+    values: np.ndarray,
+    weights: np.ndarray,
+    *,
+    resamples: int = 10000,
+    seed: int = 0,
+    strata: np.ndarray | None = None,
+    level: float = 0.95,
+) -> Interval:
+    """Percentile bootstrap interval for the weighted mean ``sum(w v) / sum(w)`` (§3.4, for a
+    measure pooled over clusters).
+
+    values: ``(n,)`` each cluster's mean (a document's mean key-token dNLL); weights: ``(n,)``
+    its positive size (its key-token count), so the estimate is the mean over every member
+    (per token) while whole clusters are resampled with replacement, within each stratum
+    (strata: ``(n,)`` labels), as the members of one cluster are not independent. Equal
+    weights give ``paired_bootstrap(values, 0)``. Returns an ``Interval`` (n: clusters).
+    """
+    vv, ww = _v.float_array(values, "values"), _v.float_array(weights, "weights")
+    if vv.ndim != 1 or vv.shape != ww.shape or vv.size == 0:
+        raise ValueError(
+            f"values and weights must be non-empty 1-D arrays of the same length (one entry per "
+            f"cluster); got shapes {vv.shape} and {ww.shape}."
+        )
+    if not (ww > 0).all():
+        raise ValueError("weights must be > 0 (each cluster's size): drop the empty clusters.")
+    lv = _v.unit_interval(level, "level", open_left=True, open_right=True)
+    b = _v.integer(resamples, "resamples", minimum=1)
+    sd = _v.integer(seed, "seed", minimum=0)
+    stats = _resampled_stats(vv, _groups(strata, vv.size), b, sd, "mean", weights=ww)
+    low, high = np.quantile(stats, [(1.0 - lv) / 2.0, (1.0 + lv) / 2.0])
+    return Interval(float((vv * ww).sum() / ww.sum()), float(low), float(high), int(vv.size))
 
 
 def noninferior(

@@ -20,7 +20,7 @@ from gpu.eval import units as eu
 from gpu.eval import harness as ev
 from gpu.eval import instruments as ins
 from gpu.core import models
-from gpu.eval import report
+from gpu.eval import report, report_intervals
 from gpu.eval import tasks
 from gpu.eval.journal import Journal
 from gpu.eval.loss_masks import key_token_mask, novel_token_mask
@@ -251,16 +251,16 @@ def test_needle_answers_stop_once_every_value_is_found(mini):
 # ----------------------------------------------------------------------------- intervals
 def test_bootstrap_and_noninferiority_on_known_data():
     x = np.array([1.0, 2, 3, 4, 5, 6])
-    iv = report.interval(x + 0.5, x, ["a"] * 3 + ["b"] * 3)
+    iv = report_intervals.interval(x + 0.5, x, ["a"] * 3 + ["b"] * 3)
     assert iv == {"estimate": 0.5, "low": 0.5, "high": 0.5, "n": 6, "stratified": True}
-    iv = report.interval([1.0, 5, 2], [0.0, 0, 0], ["a", "b", "c"])  # singleton strata: pooled
+    iv = report_intervals.interval([1.0, 5, 2], [0.0, 0, 0], ["a", "b", "c"])  # singleton strata: pooled
     assert iv["stratified"] is False and iv["low"] < iv["estimate"] < iv["high"]
     assert json.loads(json.dumps(iv, default=str))["stratified"] is False  # a JSON bool, not "False"
-    iv = report.interval([1.0, np.nan, 3], [0.0, 0.0, np.nan], ["a", "a", "a"])
+    iv = report_intervals.interval([1.0, np.nan, 3], [0.0, 0.0, np.nan], ["a", "a", "a"])
     assert iv["n"] == 1 and iv["estimate"] == 1.0  # only complete pairs count
     rng = np.random.default_rng(0)
     d = rng.normal(1.0, 1.0, 400)
-    iv = report.interval(d, np.zeros_like(d), ["s"] * 400)
+    iv = report_intervals.interval(d, np.zeros_like(d), ["s"] * 400)
     se = d.std() / np.sqrt(400)
     assert iv["low"] == pytest.approx(d.mean() - 1.96 * se, abs=0.03)
     assert iv["high"] == pytest.approx(d.mean() + 1.96 * se, abs=0.03)
@@ -337,10 +337,23 @@ def test_key_token_dnll_per_token_weighs_each_token():
     tokens with dNLL 1.0 and 0.0 average 0.5 per document and 0.25 per token."""
     a = {0: np.array([1.0]), 1: np.array([0.0, 0.0, 0.0]), 2: np.array([])}
     b = {0: np.array([0.5]), 1: np.array([1.0, 1.0, 1.0])}
-    assert report.per_token(a) == {"estimate": 0.25, "tokens": 4, "documents": 2}
-    assert report.per_token(a, b) == {"estimate": pytest.approx((0.5 - 3) / 4), "tokens": 4,
-                                      "documents": 2}
-    assert report.per_token({0: np.array([])}) is None
+    one = report_intervals.per_token(a)
+    assert one["estimate"] == pytest.approx(0.25) and (one["tokens"], one["documents"]) == (4, 2)
+    assert one["low"] <= 0.25 <= one["high"]  # resampling the two documents: 0, 1/4 or 1
+    two = report_intervals.per_token(a, b)
+    assert two["estimate"] == pytest.approx((0.5 - 3) / 4) and two["tokens"] == 4
+    assert report_intervals.per_token({0: np.array([])}) is None
+
+
+def test_key_token_per_token_interval_resamples_whole_documents():
+    """Two domains of two documents, each document's key tokens all at one value, resampled
+    by document within domain: domain a draws its 30-token document twice (60 / 66 per token,
+    one time in four), once (30 / 38) or never (0), so the interval spans 0 to 60 / 66 (by
+    token, 38 draws of one token each would almost never reach either end)."""
+    by_doc = {0: np.full(30, 1.0), 1: np.full(2, 0.0), 2: np.full(3, 0.0), 3: np.full(3, 0.0)}
+    iv = report_intervals.per_token(by_doc, strata=["a", "a", "b", "b"])
+    assert iv["estimate"] == pytest.approx(30 / 38) and iv["documents"] == 4
+    assert iv["low"] == pytest.approx(0.0) and iv["high"] == pytest.approx(60 / 66)
 
 
 # ----------------------------------------------------------------------------- resume

@@ -13,38 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rfmath.stats import binomial_floor, noninferior, paired_bootstrap
+from rfmath.stats import binomial_floor, noninferior
 from rfmodel.atomic import write_json, write_text
 
 from .loss_masks import key_token_mask
 from .report_cost import estimate_hours
+from .report_intervals import RESAMPLES, interval, jsonable, per_token
 
-RESAMPLES = 10_000
 MARGIN_EXACT, MARGIN_POP = 2.0, 3.0   # points, fixed in advance (paper 3.4)
-
-
-def _f(x):
-    """JSON-safe float (NaN/inf -> None)."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-def interval(x, y, strata) -> dict | None:
-    """Paired bootstrap of mean(x - y) over the pairs where both are finite, resampled
-    within strata; when a stratum holds a single pair (which resampling could never vary)
-    the pairs are resampled together instead, and ``stratified`` says so."""
-    x, y, strata = np.asarray(x, float), np.asarray(y, float), np.asarray(strata)
-    ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() == 0:
-        return None
-    labels = strata[ok]
-    stratified = bool(np.unique(labels, return_counts=True)[1].min() >= 2 or ok.sum() == 1)
-    iv = paired_bootstrap(x[ok], y[ok], strata=labels if stratified else None,
-                          resamples=RESAMPLES, seed=0)
-    return {"estimate": _f(iv.estimate), "low": _f(iv.low), "high": _f(iv.high), "n": iv.n,
-            "stratified": stratified}
 
 
 def _verdict(iv: dict | None, sign: int = 1) -> str:
@@ -101,8 +77,8 @@ def _needles(recs: list[dict], arms: list[dict]) -> dict:
         cover = [r["needle_rows_exact"] for r in rows if r.get("needle_rows_exact") is not None]
         macs = [r["macs_share"] for r in rows if r.get("macs_share") is not None]
         out["arms"][name] = {
-            "label": a["label"], "n": int(np.isfinite(v).sum()), "score": _f(np.nanmean(v)),
-            "correct": _f(np.nanmean(vec(name, "correct"))),
+            "label": a["label"], "n": int(np.isfinite(v).sum()), "score": jsonable(np.nanmean(v)),
+            "correct": jsonable(np.nanmean(vec(name, "correct"))),
             "vs_exact": interval(v, ex, st) if name != "exact" else None,
             "vs_exact_by_length": {n: interval(v[m], ex[m], np.array(st)[m])
                                    for n, m in _length_masks(st).items()}
@@ -110,13 +86,14 @@ def _needles(recs: list[dict], arms: list[dict]) -> dict:
             "vs_exact_by_stratum": {s: interval(v[m], ex[m], np.array(st)[m])
                                     for s, m in _stratum_masks(st).items()}
             if name != "exact" and len(set(st)) > 1 else None,
-            "exact_row_share": _f(np.mean(share)) if share else None,
-            "needle_rows_exact": _f(np.mean(cover)) if cover else None,
-            "macs_share": _f(np.mean(macs)) if macs else None,
-            "seconds": _f(np.mean([r["seconds"] for r in rows])),
+            "exact_row_share": jsonable(np.mean(share)) if share else None,
+            "needle_rows_exact": jsonable(np.mean(cover)) if cover else None,
+            "macs_share": jsonable(np.mean(macs)) if macs else None,
+            "seconds": jsonable(np.mean([r["seconds"] for r in rows])),
             "check": check_stats(rows),
         }
-        out["by_stratum"][name] = {s: _f(np.nanmean(v[np.array(st) == s])) for s in sorted(set(st))}
+        out["by_stratum"][name] = {s: jsonable(np.nanmean(v[np.array(st) == s]))
+                                   for s in sorted(set(st))}
     out["_vec"], out["_strata"] = vec, st
     return out
 
@@ -128,11 +105,12 @@ def check_stats(rows: list[dict]) -> dict | None:
     ch = [r["check"] for r in rows if r.get("check")]
     if not ch:
         return None
-    out = {k: _f(np.mean([c[k] for c in ch])) for k in ("repairs", "rows_repaired",
+    out = {k: jsonable(np.mean([c[k] for c in ch])) for k in ("repairs", "rows_repaired",
                                                          "exact_prefix_after", "steps")}
     plain = [c for c in ch if c.get("plain_seconds_per_step")]
-    out["overhead"] = _f(np.mean([c["seconds_per_step"] for c in plain]) /
-                         np.mean([c["plain_seconds_per_step"] for c in plain]) - 1) if plain else None
+    out["overhead"] = jsonable(np.mean([c["seconds_per_step"] for c in plain]) /
+                               np.mean([c["plain_seconds_per_step"] for c in plain]) - 1
+                               ) if plain else None
     return out
 
 
@@ -181,29 +159,16 @@ def _docs(recs: list[dict], arms: list[dict]) -> dict:
         out["arms"][name] = {
             "label": a["label"], "n": int(np.isfinite(d["all"]).sum()),
             **{f"dnll_{k}": interval(d[k], zero, domain) for k in ("all", "novel", "key")},
-            "dnll_key_per_token": per_token(keyd[name]),
-            "agreement": _f(np.nanmean(d["agree"])) if np.isfinite(d["agree"]).any() else None,
-            "kl_mean": _f(np.nanmean(d["kl"])) if np.isfinite(d["kl"]).any() else None,
-            "kl_median": _f(np.nanmedian(d["kl"])) if np.isfinite(d["kl"]).any() else None,
-            "seconds": _f(np.mean([r["seconds"] for r in by[name].values()])),
+            "dnll_key_per_token": per_token(keyd[name], strata=domain),
+            "agreement": (jsonable(np.nanmean(d["agree"])) if np.isfinite(d["agree"]).any()
+                          else None),
+            "kl_mean": jsonable(np.nanmean(d["kl"])) if np.isfinite(d["kl"]).any() else None,
+            "kl_median": jsonable(np.nanmedian(d["kl"])) if np.isfinite(d["kl"]).any() else None,
+            "seconds": jsonable(np.mean([r["seconds"] for r in by[name].values()])),
             "check": check_stats(list(by[name].values())),
         }
     out["_d"], out["_strata"], out["_keyd"] = deltas, domain, keyd
     return out
-
-
-def per_token(by_doc: dict[int, np.ndarray], minus: dict[int, np.ndarray] | None = None
-              ) -> dict | None:
-    """The key-token dNLL averaged over key tokens instead of documents (a document with
-    many key tokens weighs more), optionally of the difference with another arm on the
-    documents both scored: {"estimate", "tokens", "documents"}, None with no key token."""
-    docs = [i for i in by_doc if minus is None or i in minus]
-    parts = [by_doc[i] - (minus[i] if minus is not None else 0.0) for i in docs]
-    tokens = int(sum(len(p) for p in parts))
-    if not tokens:
-        return None
-    return {"estimate": _f(np.concatenate(parts).mean()), "tokens": tokens,
-            "documents": int(sum(len(p) > 0 for p in parts))}
 
 
 # ----------------------------------------------------------------------------- contrasts
@@ -246,7 +211,8 @@ def contrasts(needles: dict, docs: dict, meta: dict) -> list[dict]:
             for k in ("novel", "key"):
                 row[f"dnll_{k}"] = interval(docs["_d"][a][k], docs["_d"][b][k], docs["_strata"])
             row["kl"] = interval(docs["_d"][a]["kl"], docs["_d"][b]["kl"], docs["_strata"])
-            row["dnll_key_per_token"] = per_token(docs["_keyd"][a], docs["_keyd"][b])
+            row["dnll_key_per_token"] = per_token(docs["_keyd"][a], docs["_keyd"][b],
+                                                 docs["_strata"])
         if len(row) > 2:
             out.append(row)
     return out
@@ -286,8 +252,9 @@ def _noninferior(x, y, strata, margin: float) -> dict | None:
     ni = noninferior(x[ok], y[ok], margin, strata=strata[ok], resamples=RESAMPLES, accuracy=False)
     floor = binomial_floor(int(ok.sum()))
     bound = min(ni.bootstrap_bound, floor)
-    return {"margin": margin, "estimate": _f(ni.estimate),
-            "bootstrap_bound": _f(ni.bootstrap_bound), "floor": _f(floor), "bound": _f(bound),
+    return {"margin": margin, "estimate": jsonable(ni.estimate),
+            "bootstrap_bound": jsonable(ni.bootstrap_bound), "floor": jsonable(floor),
+            "bound": jsonable(bound),
             "passed": bool(bound > -margin), "n": int(ok.sum())}
 
 
@@ -312,14 +279,15 @@ def splices(needles: dict, docs: dict, meta: dict) -> dict:
             a, b = docs["_d"][r]["novel"], docs["_d"][name]["novel"]
             ok = np.isfinite(a) & np.isfinite(b)
             if ok.any() and abs(a[ok].mean()) > 1e-12:
-                row["loss_removed"] = _f(1 - b[ok].mean() / a[ok].mean())
+                row["loss_removed"] = jsonable(1 - b[ok].mean() / a[ok].mean())
             row["removed_nats"] = interval(a, b, docs["_strata"])
         if needles and name in needles["arms"] and r in needles["arms"]:
             vec = needles["_vec"]
             e, f, s = vec("exact"), vec(r), vec(name)
             gap = np.nanmean(e) - np.nanmean(f)
-            row["retrieval_gap"] = _f(gap)
-            row["gap_closed"] = _f((np.nanmean(s) - np.nanmean(f)) / gap) if abs(gap) > 1e-9 else None
+            row["retrieval_gap"] = jsonable(gap)
+            row["gap_closed"] = (jsonable((np.nanmean(s) - np.nanmean(f)) / gap)
+                                 if abs(gap) > 1e-9 else None)
         if row:
             out[w] = row
     return out

@@ -88,24 +88,28 @@ def markdown(rep: dict) -> str:
         L.append("## Long-document loss and agreement (Delta NLL vs exact, nats/token)\n")
         L.append(f"{dc['units']} documents, {dc['scored_tokens']} scored tokens: "
                  f"{dc['novel_tokens']} novel, {dc['key_tokens']} key (in "
-                 f"{dc['docs_with_key_tokens']} documents).\n")
-        L.append("| arm | what | docs | all | novel [95% CI] | key [95% CI] | agreement | "
-                 "KL mean | KL median |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
+                 f"{dc['docs_with_key_tokens']} documents). Key tokens per document: the mean "
+                 "over documents of each document's mean; per token: the mean over every key "
+                 "token (a document with more weighs more; its interval resamples whole "
+                 "documents).\n")
+        L.append("| arm | what | docs | all | novel [95% CI] | key per document | key per token | "
+                 "agreement | KL mean | KL median |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
         for name, a in dc["arms"].items():
             L.append(f"| `{name}` | {a['label'].strip()} | {a['n']} | "
                      f"{_num((a['dnll_all'] or {}).get('estimate'))} | {_iv(a['dnll_novel'])} | "
-                     f"{_iv(a['dnll_key'])} | {_pct(a['agreement'])} | "
+                     f"{_iv(a['dnll_key'])} | {_iv(a['dnll_key_per_token'])} | "
+                     f"{_pct(a['agreement'])} | "
                      f"{_num(a['kl_mean'], '{:.4f}')} | {_num(a['kl_median'], '{:.4f}')} |")
         L.append("")
     if rep["contrasts"]:
         L.append("## Paired contrasts (a - b)\n")
-        L.append("| a | b | retrieval, points | novel dNLL | key dNLL | KL |")
-        L.append("|---|---|---|---|---|---|")
+        L.append("| a | b | retrieval, points | novel dNLL | key dNLL | key dNLL per token | KL |")
+        L.append("|---|---|---|---|---|---|---|")
         for r in rep["contrasts"]:
             L.append(f"| `{r['a']}` | `{r['b']}` | {_iv(r.get('retrieval'), '{:+.1f}')} | "
                      f"{_iv(r.get('dnll_novel'))} | {_iv(r.get('dnll_key'))} | "
-                     f"{_iv(r.get('kl'), '{:+.4f}')} |")
+                     f"{_iv(r.get('dnll_key_per_token'))} | {_iv(r.get('kl'), '{:+.4f}')} |")
         L.append("")
     if rep["noninferiority"]:
         L.append("## Non-inferiority on retrieval\n")
