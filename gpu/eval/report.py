@@ -7,7 +7,6 @@ from ``records.jsonl``; nothing is measured.
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -105,8 +104,8 @@ def check_stats(rows: list[dict]) -> dict | None:
     ch = [r["check"] for r in rows if r.get("check")]
     if not ch:
         return None
-    out = {k: jsonable(np.mean([c[k] for c in ch])) for k in ("repairs", "rows_repaired",
-                                                         "exact_prefix_after", "steps")}
+    out = {k: jsonable(np.mean([c[k] for c in ch]))
+           for k in ("repairs", "rows_repaired", "exact_prefix_after", "steps")}
     plain = [c for c in ch if c.get("plain_seconds_per_step")]
     out["overhead"] = jsonable(np.mean([c["seconds_per_step"] for c in plain]) /
                                np.mean([c["plain_seconds_per_step"] for c in plain]) - 1
