@@ -95,10 +95,10 @@ frontier-large: models
 # native and the ridge, anchored and kv fills at 5/8 depth and at POP's split, the identity fill
 # at 5/8 (one-token tail), each Qwen model's advised fill (results/advise), and documents for the
 # key-token contrasts (12; for >= 200 key tokens the 0.5B 50, its last 38 in 63 minutes, and the
-# 1.5B 64, about 4.5 minutes a document); resumable, smallest model first, into results/power/
-# (the 1.5B alone takes about 2 hours; an arm added to a finished journal pays the lower layers
-# itself, the 1.5B's advised arm about 35 s a needle, after 33 minutes to fit the maps that
-# results/power/<model>/maps lacks on a fresh machine). The 1.5B's cuts
+# 1.5B 72 at about 3.2 key tokens and 4 minutes a document, about 5 hours in all); resumable,
+# smallest model first, into results/power/ (an arm added to a finished journal pays the lower
+# layers itself, the 1.5B's advised arm about 35 s a needle, after 33 minutes to fit the maps
+# that results/power/<model>/maps lacks on a fresh machine). The 1.5B's cuts
 # (gpu.eval.frontier.CUTS) are given whole, less the one that would cut its advised
 # keys-identity / values-kv arm.
 FILLS_KEEP := 'ridge@{deep}/t1' 'anchored@{deep}/t1' 'kv@{deep}/t1' \
@@ -116,7 +116,7 @@ power: models
 	  --keep $(FILLS_KEEP) 'identity@{deep}/t1' $(ADVISED_05)
 	$(BIN)/ridgefill eval frontier --models gemma3-270m --docs 12 $(POWER) \
 	  --keep $(FILLS_KEEP) 'identity@{deep}/t1'
-	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b --docs 64 $(POWER) \
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b --docs 72 $(POWER) \
 	  --keep $(FILLS_KEEP) 'identity@{deep}/t1' $(ADVISED_15) $(CUT_15)
 
 # paper 6.4's comparison at 8K on the 0.5B: exact, POP native, the advised fill and ridge at
