@@ -95,7 +95,7 @@ frontier-large: models
 # native and the ridge, anchored and kv fills at 5/8 depth and at POP's split, the identity fill
 # at 5/8 (one-token tail), each Qwen model's advised fill (results/advise), and documents for the
 # key-token contrasts (12; for >= 200 key tokens the 0.5B 50, its last 38 in 63 minutes, and the
-# 1.5B 72 at about 3.1 key tokens and 4.2 minutes a document, about 5 hours in all); resumable,
+# 1.5B 72 at about 3.3 key tokens and 3.4-4.2 minutes a document, about 5 hours); resumable,
 # smallest model first, into results/power/ (an arm added to a finished journal pays the lower
 # layers itself, the 1.5B's advised arm about 35 s a needle, after 33 minutes to fit the maps
 # that results/power/<model>/maps lacks on a fresh machine). The 1.5B's cuts
