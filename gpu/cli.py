@@ -156,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
                    help="vLLM's weights and activations (default: bfloat16 on a CPU with "
                         "avx512_bf16 or amx_bf16, vLLM's fast path there; else float32)")
-    s.add_argument("--max-model-len", type=int, default=8192,
-                   help="longest prompt plus answer (also the most tokens of one step)")
+    s.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt plus answer (default: the model's own context length; "
+                        "long prompts are prefilled in chunks, as stock vLLM does)")
     s.add_argument("vllm_args", nargs=argparse.REMAINDER,
                    help="after --: flags passed to `vllm serve` unchanged")
 

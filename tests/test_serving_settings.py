@@ -1,7 +1,8 @@
 """How RidgeFill's settings reach vLLM (gpu.serving.settings) and ``ridgefill serve``'s checks,
 all before any vLLM process starts: the settings survive the trip through hf_overrides
-unchanged, what the vLLM path does not run is refused naming the flag, and the served
-command carries the engine arguments the path needs."""
+unchanged, what the vLLM path does not run is refused naming the flag (in the CLI, and where
+vLLM builds the model class), the served command keeps vLLM's defaults, and the plugin
+registers nothing under a vLLM other than the one it was written for."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from gpu import cli
 from gpu.core import models
 from gpu.core.config import PrefillConfig
 from gpu.serving import serve, settings
+from gpu.serving.rows import MIN_FILL_ROWS
 
 from gpu_fixtures import tiny_dir
 
@@ -23,8 +25,10 @@ def test_overrides_round_trip(tmp_path):
     maps = tmp_path / "m.safetensors"
     hf = settings.overrides(folder, config, maps)
     assert hf["architectures"] == ["RidgeFillLlamaForCausalLM"]
-    back, path = settings.read(SimpleNamespace(**json.loads(json.dumps(hf))))
-    assert back == config and path == str(maps.resolve())
+    back, path, rows = settings.read(SimpleNamespace(**json.loads(json.dumps(hf))))
+    assert back == config and path == str(maps.resolve()) and rows == MIN_FILL_ROWS
+    hf = settings.overrides(folder, config, maps, min_fill_rows=7)
+    assert settings.read(SimpleNamespace(**json.loads(json.dumps(hf))))[2] == 7
     assert settings.overrides(folder, PrefillConfig(fill="exact"), None) == {}
 
 
@@ -46,13 +50,19 @@ def test_other_families_and_two_map_files_are_refused(tmp_path):
         settings.overrides(tiny_dir("llama"), two, tmp_path / "m.safetensors")
 
 
-def test_serve_command_carries_the_engine_arguments():
+def test_serve_command_keeps_vllms_defaults():
+    """Prefix caching and chunked prefill stay as stock vLLM has them (nothing turns them off,
+    no step budget is forced); the settings ride in --hf-overrides."""
     folder = tiny_dir("llama")
     argv, summary = serve.command(str(folder), fill="identity", split=2, tail=1)
     hf = json.loads(argv[argv.index("--hf-overrides") + 1])
     assert hf["ridgefill"]["config"]["split"] == 2 and hf["ridgefill"]["maps"] is None
-    assert "--no-enable-prefix-caching" in argv and "--no-enable-chunked-prefill" in argv
-    assert argv[argv.index("--max-num-batched-tokens") + 1] == argv[argv.index("--max-model-len") + 1]
+    assert hf["ridgefill"]["min_fill_rows"] == MIN_FILL_ROWS
+    assert not [a for a in argv if "prefix-caching" in a or "chunked-prefill" in a
+                or "max-num-batched-tokens" in a or "max-model-len" in a]
+    long, _ = serve.command(str(folder), fill="identity", split=2, max_model_len=32768,
+                            extra=("--enable-prefix-caching",))
+    assert long[long.index("--max-model-len") + 1] == "32768" and long[-1] == "--enable-prefix-caching"
     assert "identity" in summary and "split 2" in summary
     stock, _ = serve.command(str(folder), fill="exact")
     assert "--hf-overrides" not in stock
@@ -76,11 +86,59 @@ def test_the_default_dtype_is_the_processors_fast_one(monkeypatch):
 @pytest.mark.parametrize("args, says", [
     (["--fill", "identity", "--split", "99"], "--split 99 is outside"),
     (["--fill", "kv", "--split", "2"], "needs maps: give --maps"),
-    (["--fill", "identity", "--split", "2", "--", "--enable-prefix-caching"],
-     "--enable-prefix-caching: RidgeFill plans each prompt"),
     (["--fill", "ridge", "--rows", "probe"], "--rows none")])
 def test_bad_settings_stop_before_the_server_starts(args, says, capsys):
     assert cli.main(["serve", "--model", str(tiny_dir("llama")), *args]) == 2
     err = capsys.readouterr().err
     assert says.replace("--split 99", "split=99") in err or says in err
     assert "Traceback" not in err
+
+
+def _engine(**change):
+    """A stand-in for vLLM's VllmConfig with the fields check_engine reads: stock (CPU,
+    one rank, no draft model, automatic backend, no window) unless ``change`` says."""
+    hf = SimpleNamespace(use_sliding_window=change.pop("window", False),
+                         layer_types=change.pop("layer_types", None))
+    return SimpleNamespace(
+        parallel_config=SimpleNamespace(pipeline_parallel_size=change.pop("pp", 1),
+                                        data_parallel_size=change.pop("dp", 1),
+                                        tensor_parallel_size=change.pop("tp", 1)),
+        model_config=SimpleNamespace(hf_text_config=hf),
+        attention_config=SimpleNamespace(backend=change.pop("backend", None)),
+        speculative_config=change.pop("spec", None),
+        device_config=SimpleNamespace(device_type=change.pop("device", "cpu")))
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"spec": object()}, "speculative decoding"),
+    ({"pp": 2}, "pipeline parallelism"),
+    ({"dp": 2}, "data parallelism"),
+    ({"backend": SimpleNamespace(name="FLASH_ATTN")}, "attention backend"),
+    ({"window": True}, "sliding window"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "sliding window"),
+    ({"device": "cuda"}, "device")])
+def test_engine_modes_the_classes_cannot_run_are_refused_at_build(change, says):
+    settings.check_engine(_engine(tp=2, backend=SimpleNamespace(name="CPU_ATTN")))  # these run
+    with pytest.raises(ValueError, match=f"does not run {says}"):
+        settings.check_engine(_engine(**change))
+
+
+def test_register_refuses_another_vllm_by_name(monkeypatch, caplog):
+    import vllm
+    from vllm import ModelRegistry
+
+    from gpu.serving import plugin
+
+    with pytest.raises(RuntimeError, match="written for vllm 0.32.0 and found vllm 9.9"):
+        settings.check_version("9.9")
+    registered = []
+    monkeypatch.setattr(ModelRegistry, "register_model", lambda *a: registered.append(a))
+    monkeypatch.setattr(ModelRegistry, "get_supported_archs", lambda: [])
+    monkeypatch.setattr(vllm, "__version__", "9.9")
+    with caplog.at_level("WARNING", logger="ridgefill"):
+        plugin.register()
+    assert registered == [] and "found vllm 9.9" in caplog.text
+    monkeypatch.setattr(vllm, "__version__", settings.VLLM_VERSION)
+    plugin.register()
+    assert sorted(name for name, _ in registered) == sorted(
+        settings.PREFIX + a for a in settings.ARCHITECTURES.values())

