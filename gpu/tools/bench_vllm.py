@@ -1,11 +1,11 @@
 """``ridgefill bench --engine vllm``: time to first token inside vLLM's CPU build, RidgeFill
 against stock vLLM, alternating in one run (paper section 2.5's ceilings beside it).
 
-One vLLM engine per arm, all started once in this process (each its own engine process):
-stock vLLM as users run it (its chunked prefill; prefix caching off so that a repeated
-prompt is prefilled again), stock vLLM in one pass (the engine arguments of the RidgeFill
-path: no chunked prefill, one step per prompt), RidgeFill at the model's advised
-configuration, and POP native (identity fill from L - floor(L/3), one-token tail). Per
+One vLLM engine per arm, all started once in this process (each its own engine process),
+every one with vLLM's chunked prefill and with prefix caching off so that a repeated prompt
+is prefilled again: stock vLLM as users run it, stock vLLM in one pass (no chunked prefill,
+one step per prompt), RidgeFill at the model's advised configuration, and POP native
+(identity fill from L - floor(L/3), one-token tail). Per
 length: one untimed warm-up of each arm, then ``repeats`` rounds timing each arm once, in
 order, each a one-token generation of the same prompt; medians and ratios of medians. An
 idle vLLM engine busy-polls for a second after its last step, so each timing starts
@@ -33,7 +33,7 @@ from ..core.archspec import arch_of
 from ..core.config import PrefillConfig
 from ..eval.instruments import cost_arm
 from ..maps.files import cached_maps
-from ..serving.settings import ENGINE_ARGS, all_cores, default_dtype, overrides
+from ..serving.settings import all_cores, default_dtype, overrides
 from .bench_options import VLLM_ARMS, BenchOptions
 from .bench_records import cpu, merged, prior_records
 from .bench import prompt_ids
@@ -60,7 +60,7 @@ def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -
 
     common = dict(dtype=dtype, max_model_len=n_max + 64, kv_cache_memory_bytes=KV_CACHE_BYTES,
                   enable_prefix_caching=False, seed=0)
-    one_pass = dict(common, max_num_batched_tokens=n_max + 64, **ENGINE_ARGS)
+    one_pass = dict(common, max_num_batched_tokens=n_max + 64, enable_chunked_prefill=False)
     out = {}
     if "stock" in arms:
         out["stock"] = LLM(str(folder), **common)
@@ -71,7 +71,7 @@ def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -
             continue
         maps = (cached_maps(name, folder, cfg.split, cfg.map_kinds[0])
                 if cfg.needs_maps else None)
-        out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **one_pass)
+        out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **common)
     return out
 
 

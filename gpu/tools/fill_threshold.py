@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from operator import methodcaller
 import sys
 import time
 from pathlib import Path
@@ -29,10 +30,6 @@ from ..serving.serve import served_maps
 from ..serving.settings import all_cores, default_dtype, overrides
 
 OFF = 1 << 30          # a threshold no step reaches: every row exact, vLLM's own forward
-
-
-def _set_threshold(model, rows: int) -> None:
-    model.min_fill_rows = rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             for arm, rows in (("filled", 1), ("exact", OFF)):
                 prompt = document + rest[at:at + n]
                 at += n
-                llm.apply_model(lambda m, r=rows: _set_threshold(m, r))
+                llm.apply_model(methodcaller("__setattr__", "min_fill_rows", rows))
                 start = time.perf_counter()
                 (out,) = llm.generate([TokensPrompt(prompt_token_ids=prompt)], once,
                                       use_tqdm=False)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rfmodel.atomic import write_json
 
-from ..serving.settings import ENGINE_ARGS, all_cores, overrides
+from ..serving.settings import all_cores, overrides
 
 STAGES = ("ridgefill.lower", "ridgefill.fill", "ridgefill.exact_rows")
 ARMS = ("stock-one-pass", "stock-eager", "advised")
@@ -105,8 +105,8 @@ def run(name: str, n: int, dtype: str, out: Path) -> dict:
     maps = cached_maps(name, folder, cfg.split, cfg.map_kinds[0]) if cfg.needs_maps else None
     ids = prompt_ids(models.Loaded(None, tok, name, folder), n)[0].tolist()
     one_pass = dict(dtype=dtype, max_model_len=n + 64, kv_cache_memory_bytes=KV_CACHE_BYTES,
-                    seed=0, max_num_batched_tokens=n + 64,
-                    **ENGINE_ARGS)
+                    seed=0, max_num_batched_tokens=n + 64, enable_prefix_caching=False,
+                    enable_chunked_prefill=False)
     kwargs = {"stock-one-pass": one_pass, "stock-eager": dict(one_pass, enforce_eager=True),
               "advised": dict(one_pass, hf_overrides=overrides(folder, cfg, maps))}
     rec = {"command": "python -m gpu.tools.profile_vllm " + " ".join(sys.argv[1:]),
