@@ -6,7 +6,7 @@ Each conversation is a document of about ``--length`` tokens with a needle (the 
 niah_single_1 generator, seed ``--seed``, its own magic number) and ``--turns`` questions
 asked one after another on ``/v1/chat/completions``, each answer carried into the next
 request as a chat client does. The needle's question is turn 3. Per turn: time to first
-token (streamed), the request's prompt size; per conversation: the total. Raw per-turn
+token (streamed) and the whole answer's time; per conversation: the sums. Raw per-turn
 records go to ``chat.json`` (resumable per arm), the per-turn medians to ``chat.png``.
 """
 from __future__ import annotations
@@ -73,9 +73,11 @@ def summary(result: dict) -> dict:
         if not convs:
             continue
         ttft = np.array([[t["ttft"] for t in c] for c in convs])
+        wall = np.array([[t["seconds"] for t in c] for c in convs])
         out[arm] = {"conversations": len(convs),
                     "ttft_median_by_turn": np.median(ttft, axis=0).round(3).tolist(),
                     "total_median": float(np.median(ttft.sum(axis=1))),
+                    "wall_median": float(np.median(wall.sum(axis=1))),
                     "needles_read": int(sum(t["found"] or 0 for c in convs for t in c
                                             if t["needle"]))}
     if {"stock", "advised"} <= out.keys():
@@ -84,7 +86,8 @@ def summary(result: dict) -> dict:
             "first_turn_speedup": s["ttft_median_by_turn"][0] / r["ttft_median_by_turn"][0],
             "follow_up_ratio_max": max(b / a for a, b in zip(s["ttft_median_by_turn"][1:],
                                                              r["ttft_median_by_turn"][1:])),
-            "total_ratio": r["total_median"] / s["total_median"]}
+            "total_ratio": r["total_median"] / s["total_median"],
+            "wall_ratio": r["wall_median"] / s["wall_median"]}
     return out
 
 
