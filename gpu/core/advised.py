@@ -8,9 +8,12 @@ on the advisor's frontier, cheapest first, are confirmed on more held-out needle
 first that keeps it there with half the retrieval allowance wins; when none does, exact
 prefill (``{"fill": "exact"}``: maps given to such a model are refused unless the caller
 asks for ``fill='ridge'``). :data:`ADVISED` reads each built-in model's recommendation from
-its committed advice file, ``results/advise/<model>/advice.json`` (command, seed and sample
-counts there; what was screened, confirmed and rerun: docs/advisor.md), so a rerun of the
-advisor that changes the answer changes the default with it.
+the advice file shipped in this package, ``gpu/core/advice/<model>.json`` (package data, read
+through importlib.resources, so an installed wheel runs the same defaults as the repository):
+a byte-identical copy of the advisor's committed output, ``results/advise/<model>/advice.json``
+(command, seed and sample counts there; what was screened, confirmed and rerun:
+docs/advisor.md). A rerun of the advisor that changes the answer changes the default once its
+advice.json is copied here (tests/test_advice_package.py fails until it is).
 
 Where the defaults apply: ``RidgeFill.load`` / ``RidgeFill(...)``, ``ridgefill generate`` /
 ``serve``, ``prefill`` and the presses start from :func:`default_config` and apply the
@@ -21,7 +24,7 @@ library's defaults (PrefillConfig()), or the advice beside its maps (gpu.maps.ad
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from importlib import resources
 
 from .config import PrefillConfig, paper_split
 from .models import BUILTINS
@@ -30,7 +33,20 @@ from .models import BUILTINS
 # fill the advisor confirmed, not exact prefill or POP's own configuration
 DEMO_MODEL = "qwen2.5-coder-0.5b"
 ADVISABLE = ("split", "tail", "fill", "values_fill", "rows", "rescale")  # what the advisor chooses
-COMMITTED = Path(__file__).resolve().parents[2] / "results" / "advise"
+RECORD = "results/advise"  # the advisor's output in the repository: RECORD/<model>/advice.json
+SHIPPED = "advice"  # its copies in this package, what ADVISED reads: gpu/core/SHIPPED/<model>.json
+
+
+def shipped_advice(model: str):
+    """The advice file of built-in ``model`` as shipped in the package (an
+    importlib.resources Traversable: a file in a wheel install or a checkout alike)."""
+    return resources.files(__package__).joinpath(SHIPPED, f"{model}.json")
+
+
+def advice_source(model: str) -> str:
+    """How an announcement names built-in ``model``'s advice: the shipped copy and the
+    record it copies."""
+    return f"{__package__.replace('.', '/')}/{SHIPPED}/{model}.json, from {RECORD}/{model}/advice.json"
 
 
 def settings_of(recommendation: dict) -> dict:
@@ -41,18 +57,21 @@ def settings_of(recommendation: dict) -> dict:
     return {k: v for k, v in recommendation["config"].items() if k in ADVISABLE}
 
 
-def _committed() -> dict[str, dict]:
-    """{built-in model: settings} from the committed advice files (none in an install
-    without the repository's results/: every model then starts from PrefillConfig())."""
+def _shipped() -> dict[str, dict]:
+    """{built-in model: settings} from the advice files shipped in the package. Every built-in
+    has one: a missing file is a broken install, said here rather than run as PrefillConfig()."""
     found = {}
     for name in BUILTINS:
-        path = COMMITTED / name / "advice.json"
-        if path.is_file():
-            found[name] = settings_of(json.loads(path.read_text())["recommendation"])
+        source = shipped_advice(name)
+        if not source.is_file():
+            raise FileNotFoundError(
+                f"the built-in advice for {name} ({source}) is not in this install of ridgefill: "
+                f"reinstall it, or copy {RECORD}/{name}/advice.json there")
+        found[name] = settings_of(json.loads(source.read_text())["recommendation"])
     return found
 
 
-ADVISED: dict[str, dict] = _committed()
+ADVISED: dict[str, dict] = _shipped()
 
 
 def default_config(model: str, advice: dict | None = None, **settings) -> PrefillConfig:

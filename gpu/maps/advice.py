@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rfmodel.atomic import atomic_path, write_json
 
-from ..core.advised import ADVISED, COMMITTED
+from ..core.advised import ADVISED, advice_source
 from ..core.config import PrefillConfig
 
 SUFFIX = ".advice.json"
@@ -53,7 +53,7 @@ def advice_for(maps) -> dict | None:
     config = PrefillConfig(**settings)
     if config.split != sets[0].split or not set(config.map_kinds) <= {m.kind for m in sets}:
         return None
-    return {"config": settings, "source": str(COMMITTED / model / "advice.json")}
+    return {"config": settings, "source": advice_source(model)}
 
 
 def announce(advice: dict) -> None:
