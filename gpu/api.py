@@ -64,12 +64,8 @@ class RidgeFill:
     def __init__(self, loaded: models.Loaded, maps: MapSet | None = None,
                  config: PrefillConfig | None = None, **settings):
         config = _config(config, settings, loaded.name, advice_of(maps))
-        if maps is not None and config.fill == "exact":
-            raise ValueError(
-                f"maps were given but the configuration's fill is 'exact' (for a built-in model "
-                f"the advised default when no configuration kept the advisor's budget: "
-                f"gpu/core/advised.py); pass fill='ridge' (CLI: --fill ridge) to use the maps, "
-                f"or leave the maps out for exact prefill")
+        if maps is not None:
+            _refuse_unused_maps(loaded.name, config)
         self.loaded, self.maps = loaded, maps
         self.engine = Engine(loaded.model, maps)
         self.config = self.engine.resolve(config)  # checked once, here, not at the first prompt
@@ -83,13 +79,17 @@ class RidgeFill:
         loaded = models.load(model, device=device, dtype=dtype)
         config = _config(config, settings, loaded.name,
                          read_advice(maps) if config is None else None)
-        paths = ({config.map_kinds[0]: maps} if maps is not None else
-                 _cached(loaded, config) if config.needs_maps else {})
-        found = {kind: load_maps(path, loaded.model, split=config.split,
-                                 precision=config.precision, resident=not config.stream_maps)
-                 for kind, path in paths.items()}
-        mapset = found if len(found) > 1 else next(iter(found.values()), None)
-        return cls(loaded, mapset, config)
+
+        def read(path):
+            return load_maps(path, loaded.model, split=config.split, precision=config.precision,
+                             resident=not config.stream_maps)
+
+        if maps is not None:  # one file, of the kind it says (the keys' fill, or the probe's)
+            _refuse_unused_maps(loaded.name, config)
+            return cls(loaded, read(maps), config)
+        found = {kind: read(path) for kind, path in
+                 (_cached(loaded, config) if config.needs_maps else {}).items()}
+        return cls(loaded, found if len(found) > 1 else next(iter(found.values()), None), config)
 
     # --------------------------------------------------------------------------
     @property
@@ -150,6 +150,19 @@ class RidgeFill:
         question. ``chat``: wrap the turns in the model's chat template (default: when the
         tokenizer has one)."""
         return Conversation(self, document, chat)
+
+
+def _refuse_unused_maps(model: str, config: PrefillConfig) -> None:
+    """Maps given to a configuration of exact prefill would be silently unused: the one-line
+    error that says what to pass instead (a built-in model whose advice is exact prefill gets
+    this configuration when no fill is asked for)."""
+    if config.fill == "exact":
+        raise ValueError(
+            f"maps were given, but the configuration of {model} is exact prefill (fill='exact'; "
+            f"for a built-in model, its advice when no fill kept the advisor's budget: "
+            f"gpu/core/advised.py), which reads no maps: pass fill='ridge' to fill from them "
+            f"(at their split, or give split=S), or leave them out for exact prefill "
+            f"(CLI: drop --maps)")
 
 
 def _config(config: PrefillConfig | None, settings: dict, model: str,

@@ -135,8 +135,8 @@ def test_an_exact_advice_refuses_maps_by_name_and_the_demo_says_what_it_shows(mo
     monkeypatch.setitem(advised.ADVISED, tiny.name, {"fill": "exact"})
     assert RidgeFill(tiny).config.fill == "exact"
     maps = _maps(tiny, split=1)
-    with pytest.raises(ValueError, match="maps were given but the configuration's fill is "
-                                         "'exact'.*pass fill='ridge'"):
+    with pytest.raises(ValueError, match="maps were given, but the configuration of .* is "
+                                         "exact prefill.*pass fill='ridge'"):
         RidgeFill(tiny, maps)
     assert RidgeFill(tiny, maps, fill="ridge").config.split == 1  # the maps' split
     split, cfg, note = showcase(tiny)

@@ -65,6 +65,43 @@ def test_maps_for_another_split(capsys, fitted):
     assert f"use --split {S} or fit maps for split 2" in err
 
 
+@pytest.mark.parametrize("file", ["valid", "corrupted"])
+def test_maps_where_the_advice_is_exact_prefill(capsys, fitted, tmp_path, monkeypatch, file):
+    """A model advised exact prefill (smollm2-135m's advice) given --maps and no --fill: one
+    line that says the maps would be unused and what to pass instead, for a good file and a
+    corrupt one alike (it used to end in an IndexError); with --fill ridge the maps run."""
+    from gpu.core import advised
+
+    monkeypatch.setitem(advised.ADVISED, tiny_dir("llama", 0).name, {"fill": "exact"})
+    maps = fitted
+    if file == "corrupted":
+        maps = tmp_path / "bad.safetensors"
+        maps.write_bytes(fitted.read_bytes()[:100])
+    rc, out, err = generate(capsys, "--maps", maps)
+    assert rc == 2 and out == "" and "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "error" in x]  # beside the weights' progress bar
+    assert line.startswith("ridgefill generate: error: maps were given")
+    assert "is exact prefill" in line and "reads no maps" in line
+    assert "pass --fill 'ridge'" in line and "drop --maps" in line
+    if file == "valid":
+        rc, out, err = generate(capsys, "--maps", maps, "--fill", "ridge", "--tail", "8", "--json")
+        assert rc == 0, err
+        assert json.loads(out)["fill"] == "ridge" and json.loads(out)["split"] == S
+
+
+def test_maps_where_the_advice_reads_none_but_runs(capsys, fitted, monkeypatch):
+    """A model advised POP native (gemma3-270m's advice: the identity fill, no map kind) given
+    --maps and no --fill runs (the file is read as the kind it holds; it used to end in an
+    IndexError)."""
+    from gpu.core import advised
+
+    monkeypatch.setitem(advised.ADVISED, tiny_dir("llama", 0).name,
+                        {"fill": "identity", "split": S, "tail": 8, "rows": "none"})
+    rc, out, err = generate(capsys, "--maps", fitted, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["fill"] == "identity" and json.loads(out)["split"] == S
+
+
 @pytest.mark.parametrize("damage", ["truncated", "corrupted header", "not maps", "missing"])
 def test_truncated_or_corrupted_map_file(capsys, fitted, tmp_path, damage):
     bad = tmp_path / "bad.safetensors"
