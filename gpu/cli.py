@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -127,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ridgefill",
         description="RidgeFill: training-free late-layer cache fill for faster prefill.")
     parser.add_argument("--version", action="version", version=f"ridgefill {__version__}")
+    parser.add_argument("--quiet", dest="quiet_logs", action="store_true",
+                        help="no informational lines on stderr (maps found or fitted, advice "
+                             "applied: the ridgefill logger's info); warnings still show")
     sub = parser.add_subparsers(dest="command")
 
     f = sub.add_parser("fit", help="fit ridge maps for one or more splits (paper 2.2)")
@@ -277,12 +282,36 @@ def _cmd_generate(a) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def log_to_stderr(quiet: bool = False):
+    """While the command runs, the library's messages (the ``ridgefill`` logger) go to stderr,
+    one plain line each: info and up, or warnings only when ``quiet``. The logger's level and
+    handlers are restored afterwards (a program that calls :func:`main` keeps its own)."""
+    log = logging.getLogger("ridgefill")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     if a.command is None:
         parser.print_help()
         return 0
+    with log_to_stderr(a.quiet_logs):
+        return _run(parser, a)
+
+
+def _run(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    """The subcommand ``a`` names; the errors a user can fix end in one line, status 2."""
     try:
         if a.command == "fit":
             return _cmd_fit(a)

@@ -7,6 +7,7 @@ configuration explicitly (the caches equal bitwise)."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import numpy as np
 import pytest
@@ -60,17 +61,26 @@ def test_the_file_carries_the_recommendation_and_its_evidence(advised_file):
     assert load_maps(out).advice == advice
 
 
-def test_load_and_generate_run_the_advice_from_the_file_alone(advised_file, capsys):
+def test_load_and_generate_run_the_advice_from_the_file_alone(advised_file, capsys, caplog):
+    """The advice's one line is logged by the library (the ``ridgefill`` logger, never
+    printed) and printed to stderr by the CLI, unless ``ridgefill --quiet``."""
     tiny, out = advised_file
+    caplog.set_level(logging.INFO, logger="ridgefill")
     rf = RidgeFill.load(str(tiny.path), str(out), device="cpu")
     assert {k: getattr(rf.config, k) for k in CONFIG} == CONFIG
-    assert "advised for these maps" in capsys.readouterr().out
+    assert "advised for these maps" in caplog.text
+    assert "advised for these maps" not in capsys.readouterr().out
     assert RidgeFill.load(str(tiny.path), str(out), device="cpu", tail=5).config.tail == 5
-    assert cli.main(["generate", "--model", str(tiny.path), "--maps", str(out), "--prompt",
-                     "a b c d e f g h i j k l m n o p", "--max-new-tokens", "2"]) == 0
+    argv = ["generate", "--model", str(tiny.path), "--maps", str(out), "--prompt",
+            "a b c d e f g h i j k l m n o p", "--max-new-tokens", "2"]
+    assert cli.main(argv) == 0
     printed = capsys.readouterr()
-    assert "advised for these maps" in printed.out
+    assert "advised for these maps" in printed.err and "advised for" not in printed.out
     assert "keys kv, values identity, split 2, tail 3, rows none" in printed.err
+    assert cli.main(["--quiet", *argv]) == 0
+    printed = capsys.readouterr()
+    assert "advised for" not in printed.err + printed.out
+    assert "keys kv, values identity, split 2, tail 3, rows none" in printed.err  # the CLI's own
 
 
 def test_prefill_and_the_presses_run_the_advice_of_the_maps_they_are_given(advised_file):

@@ -58,7 +58,7 @@ def test_advise_end_to_end_on_a_tiny_model(tmp_path, capsys):
         mine = str(tmp_path / "mine.safetensors")
         assert main(["generate", "--model", str(model), "--maps", mine, "--prompt",
                      "a b c d e f g h i j k l m n o p q r s t", "--max-new-tokens", "1"]) == 0
-        assert "advised for these maps" in capsys.readouterr().out
+        assert "advised for these maps" in capsys.readouterr().err  # logged, the CLI prints it
         assert maps_config(load_maps(mine)) == PrefillConfig(**rec["config"])
     else:
         assert not (tmp_path / "mine.safetensors").exists()

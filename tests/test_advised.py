@@ -148,21 +148,24 @@ def test_an_exact_advice_refuses_maps_by_name_and_the_demo_says_what_it_shows(mo
     assert showcase(tiny) == (2, advised.default_config(tiny.name), "")
 
 
-def test_the_demo_fits_the_kind_of_maps_its_configuration_reads(monkeypatch, tmp_path):
+def test_the_demo_fits_the_kind_of_maps_its_configuration_reads(monkeypatch, tmp_path, caplog,
+                                                              capsys):
     """An advised kv (or anchored) fill makes the demo fit maps of that kind, cached under a
-    name that says the kind (the ridge maps keep their old name)."""
+    name that says the kind (the ridge maps keep their old name); what it does is logged."""
     import subprocess
 
     from gpu.core import models
     from gpu.maps.files import cached_maps
 
     calls = []
+    caplog.set_level("INFO", logger="ridgefill")
     monkeypatch.setattr(models, "cache_dir", lambda: tmp_path)
     monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
     tiny = load_tiny("llama")
     assert cached_maps(tiny.name, tiny.path, 2, "kv").name == f"{tiny.name}-s2-kv.safetensors"
     assert cached_maps(tiny.name, tiny.path, 2).name == f"{tiny.name}-s2.safetensors"
     assert [c[c.index("--kinds") + 1] for c in calls] == ["kv", "ridge"]
+    assert "maps: fitting kv maps for" in caplog.text and capsys.readouterr().out == ""
 
 
 def test_the_demo_runs_a_built_in_whose_advice_is_a_confirmed_fill():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -196,7 +197,8 @@ def _convert(builtin: Builtin, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = builtin.gguf()
-    print(f"converting {builtin.name} from {gguf.name} (once; cached in {target})", flush=True)
+    logging.getLogger("ridgefill").info("converting %s from %s (once; cached in %s)",
+                                        builtin.name, gguf.name, target)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                  dtype=torch.float32)

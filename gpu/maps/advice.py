@@ -2,10 +2,12 @@
 FILE`` writes the recommended configuration's maps to FILE and the recommendation beside it
 (``FILE`` with ``.advice.json`` for ``.safetensors``); every entry point that is given FILE
 and no setting (``ridgefill generate`` / ``serve``, ``RidgeFill.load``, ``prefill``, the
-presses) starts from that configuration and says so in one line."""
+presses) starts from that configuration and says so in one line (logged: the ``ridgefill``
+logger at info level, which ``ridgefill`` prints to stderr)."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from ..core.advised import ADVISED, advice_source
 from ..core.config import PrefillConfig
 
 SUFFIX = ".advice.json"
+log = logging.getLogger("ridgefill")
 
 
 def advice_path(maps: str | Path) -> Path:
@@ -57,9 +60,9 @@ def advice_for(maps) -> dict | None:
 
 
 def announce(advice: dict) -> None:
-    """The one line an entry point prints when it runs a map file's advice."""
+    """The one line an entry point logs (info) when it runs a map file's advice."""
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in advice["config"].items())
-    print(f"config: {flags} (advised for these maps: {advice['source']})", flush=True)
+    log.info("config: %s (advised for these maps: %s)", flags, advice["source"])
 
 
 def write_advice(maps: Path, source: Path, recommendation: dict, evidence: dict) -> Path:

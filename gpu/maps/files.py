@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ GROUP = 128
 # ridge / anchored: each late layer's input (paper 2.2; anchored shrinks toward the identity),
 # kv: each attention layer's key and value projections stacked (the direct cache-entry map)
 KINDS = ("ridge", "anchored", "kv")
+log = logging.getLogger("ridgefill")
 
 
 def cached_path(model: str, split: int, kind: str = "ridge") -> Path:
@@ -44,13 +46,13 @@ def cached_maps(name: str, folder: str | Path, split: int, kind: str = "ridge",
     """A built-in model's cached maps of ``kind`` for ``split`` (:func:`cached_path`), fitted
     once on the built-in calibration text if missing (``ridgefill fit`` with its progress bar,
     in a child process: the capture's thread pools and memory would otherwise stay behind in
-    the process that then times or serves the model)."""
+    the process that then times or serves the model). Which of the two, it logs (info)."""
     path = cached_path(name, split, kind)
     if path.exists():
-        print(f"maps: {path} (cached)", flush=True)
+        log.info("maps: %s (cached)", path)
         return path
-    print(f"maps: fitting {kind} maps for {name} at split {split} on the built-in calibration "
-          f"text ({max_tokens} tokens; once, cached in {path})", flush=True)
+    log.info("maps: fitting %s maps for %s at split %s on the built-in calibration text (%s "
+             "tokens; once, cached in %s)", kind, name, split, max_tokens, path)
     subprocess.run([sys.executable, "-m", "gpu", "fit", "--model", str(folder), "--device",
                     device, "--splits", str(split), "--max-tokens", str(max_tokens), "--kinds",
                     kind, "--out", str(path)], check=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -149,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     p.add_argument("--out-dir", type=Path, default=Path("results/bench/vllm"))
     a = p.parse_args(argv)
+    logging.basicConfig(format="%(message)s")  # the maps it finds or fits (gpu.maps.files)
+    logging.getLogger("ridgefill").setLevel(logging.INFO)
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
     run(a.model, a.length, a.dtype, a.out_dir)
