@@ -107,10 +107,14 @@ def test_eval_flags_are_eval_options(what):
              "lengths": (512,), "tasks": ("niah_single_1",), "loss_length": 256,
              "continuation": 5, "instruments": ("needle",), "seed": 7, "tails": (1, 96),
              "fills": ("kv",), "cut": ("x*",), "keep": ("y*",), "checks": (0.25,),
-             "timing_units": 0, "suite": "ruler", "maps_from": Path("p")}
+             "timing_units": 0, "suite": "ruler", "maps_from": Path("p"), "tiered": True,
+             "tiered_fills": ("kv.identity", "none")}
     argv = ["eval", what]
     for f in fields(cls):
         v = given[f.name]
+        if isinstance(v, bool):  # --tiered / --no-tiered
+            argv.append(cli.flag(f.name) if v else "--no-" + cli.flag(f.name)[2:])
+            continue
         argv += [cli.flag(f.name), *map(str, v if isinstance(v, tuple) else (v,))]
     want = cls(**{f.name: given[f.name] for f in fields(cls)})
     assert cli.options_from_args(parser.parse_args(argv), cls) == want

@@ -16,7 +16,16 @@ passes and batched decoding as ``make eval``; sharded under torchrun by gpu.eval
   tail, at each of ``CHECKS`` (``--checks``), against the default rows there;
 * beyond the paper, at 1/2, 5/8 and POP's split with a one-token tail and no rows: the
   anchored and the direct cache-entry (kv) fills, and keys from one fill with values from
-  another (:data:`SOURCE_PAIRS`).
+  another (:data:`SOURCE_PAIRS`);
+* only when asked (``--tiered``, issue 57): the tiered prefill, at 1/3, 1/2 and 7/12 depth and
+  POP's split, the shortest tail (one token): an exact share k of 10/20/30% of the prefix
+  chosen by the ``attention`` selector (lower-layer attention from the last 64 rows,
+  gpu.core.select.AttentionRows), with and without span completion, every other prefix row
+  filled (``kv``, ``ridge``) or dropped (``none``: FastKV's / GemFilter's analogue with the
+  same selection). Named ``<fill>+attn<k%>[c]@<split>/t<tail>`` (:func:`arm_name`; ``c``:
+  whole spans), e.g. ``kv+attn20c@12/t1``, ``none+attn10@16/t1``,
+  ``kv.identity-values+attn20c@16/t1``. ``cut`` (the models' :data:`CUTS`, stated for the
+  paper's grid, or ``--cut``) leaves them alone; ``keep`` narrows them like any arm.
 
 ``--suite ruler`` runs the same grid on RULER's samples from lm-eval (gpu.eval.ruler) instead
 of the project's filled-region needles; ``--maps-from`` reuses another run's fitted maps.
@@ -42,7 +51,8 @@ from rfmodel.atomic import write_json
 
 from ..core import models
 from ..core import presets
-from ..core.config import DEFAULT_ROWS, RESCALES, PrefillConfig, pop_split
+from ..core.config import (DEFAULT_ROWS, FILLS, RESCALES, SOURCES, PrefillConfig,
+                           pop_split)
 from . import harness as ev
 from .frontier_report import summarize, write as write_summary
 from .grid import EvalConfig, depth, preset_for
@@ -77,10 +87,52 @@ SOURCE_PAIRS = (("identity", "ridge"), ("ridge", "identity"), ("identity", "kv")
                 ("kv", "identity"))
 
 
+# issue 57's tiered prefill (``--tiered``): splits at these fractions of depth and POP's, an
+# exact share of the prefix chosen by the attention selector, with and without whole spans,
+# the other prefix rows filled or dropped (``none``); a fill "keys.values" takes keys and
+# values from two fills (the advised two-source kind, e.g. "kv.identity")
+TIERED_FRACTIONS = (1 / 3, 1 / 2, 7 / 12)
+TIERED_SHARES = (0.10, 0.20, 0.30)
+TIERED_FILLS = ("kv", "ridge", "none")
+TIERED_ROWS = "attention"
+MARGIN_TIERED_EXACT = 5.0  # points: issue 57's moonshot, "within 5 RULER points of exact"
+
+
+def rows_part(rows: str, share: float | None = None, complete: bool = False) -> str:
+    """The rows part of an arm's name: the selector's name, or for the attention selector with
+    an exact ``share`` of the prefix ``attn<percent>``, then ``c`` with span completion."""
+    if share is None:
+        return rows
+    if rows != TIERED_ROWS:
+        raise ValueError(f"a share names the {TIERED_ROWS!r} selector's rows, not {rows!r}")
+    pct = share * 100
+    if abs(pct - round(pct)) > 1e-9 or not 0 < round(pct) <= 100:
+        raise ValueError(f"share={share!r}: a whole percent of the prefix, 0.01 to 1")
+    return f"attn{round(pct)}{'c' if complete else ''}"
+
+
 def arm_name(fill: str, split: int, tail: int, rows: str = "none",
-             values: str | None = None) -> str:
+             values: str | None = None, share: float | None = None,
+             complete: bool = False) -> str:
+    """``<keys>[.<values>-values][+<rows>]@<split>/t<tail>``; with a ``share`` of the
+    attention selector's rows the rows part is ``attn<percent>[c]`` (:func:`rows_part`)."""
     keys = fill if values is None else f"{fill}.{values}-values"
+    rows = rows_part(rows, share, complete)
     return f"{keys}{'' if rows == 'none' else '+' + rows}@{split}/t{tail}"
+
+
+def tiered_fill(fill: str) -> tuple[str, str | None]:
+    """(keys' fill, values' fill or None) of a tiered fill: ``kv``, ``ridge``, ``none``, ...,
+    or ``keys.values`` from two fills (gpu.core.config.SOURCES)."""
+    keys, _, values = fill.partition(".")
+    if values:
+        if keys not in SOURCES or values not in SOURCES or keys == values:
+            raise ValueError(f"tiered fill {fill!r}: keys.values from two of {', '.join(SOURCES)}")
+        return keys, values
+    if keys not in FILLS or keys == "exact":
+        raise ValueError(f"tiered fill {fill!r}: choose from "
+                         f"{', '.join(f for f in FILLS if f != 'exact')}, or keys.values")
+    return keys, None
 
 
 @dataclass(frozen=True)
@@ -95,9 +147,16 @@ class Frontier:
     checks: tuple[float, ...] = ()    # decode-time check thresholds (gpu.eval.decode_check)
     cut: tuple[str, ...] = ()         # fnmatch patterns of arm names left out
     keep: tuple[str, ...] = ()        # fnmatch patterns: only these arms (and exact, POP);
-    #                                   {half}, {deep}, {pop} stand for those splits
+    #                                   {third}, {half}, {seven12}, {deep}, {pop} stand for
+    #                                   those splits (1/3, 1/2, 7/12, 5/8 depth, POP's)
     beyond: tuple[str, ...] = BEYOND_FILLS                   # fills beyond the paper
     sources: tuple[tuple[str, str], ...] = SOURCE_PAIRS      # (keys' fill, values' fill)
+    tiered: bool = False              # issue 57's tiered arms (opt-in; ``cut`` leaves
+    tiered_fills: tuple[str, ...] = TIERED_FILLS  # them alone, ``keep`` narrows them)
+
+    def __post_init__(self):
+        for f in self.tiered_fills:
+            tiered_fill(f)
 
     @property
     def pop(self) -> int:
@@ -118,6 +177,40 @@ class Frontier:
     @property
     def half(self) -> int:
         return depth(1 / 2, self.n_layers)
+
+    @property
+    def third(self) -> int:
+        return depth(1 / 3, self.n_layers)
+
+    @property
+    def seven12(self) -> int:
+        return depth(7 / 12, self.n_layers)
+
+    @property
+    def tiered_splits(self) -> tuple[int, ...]:
+        """The tiered arms' splits: 1/3, 1/2 and 7/12 of depth and POP's."""
+        return tuple(sorted({depth(f, self.n_layers) for f in TIERED_FRACTIONS} | {self.pop}))
+
+    def placeholders(self) -> dict[str, int]:
+        """What ``keep`` patterns' {third}, {half}, {seven12}, {deep}, {pop} stand for."""
+        return {"third": self.third, "half": self.half, "seven12": self.seven12,
+                "deep": self.deep, "pop": self.pop}
+
+    def tiered_arms(self) -> list[Arm]:
+        """Issue 57's grid: split x fill x exact share x span completion, the shortest tail."""
+        t1, out = min(self.tails), []
+        for s in self.tiered_splits:
+            for fill in self.tiered_fills:
+                keys, values = tiered_fill(fill)
+                for k in TIERED_SHARES:
+                    for c in (False, True):
+                        cfg = PrefillConfig(fill=keys, values_fill=values, split=s, tail=t1,
+                                            rows=TIERED_ROWS,
+                                            selector_options={"share": k, "complete": c})
+                        out.append(Arm(arm_name(keys, s, t1, TIERED_ROWS, values, k, c), cfg,
+                                       label=f"{fill}, split {s}, tail {t1}, {k:.0%} attention "
+                                             f"rows{', whole spans' if c else ''}"))
+        return out
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -171,10 +264,53 @@ class Frontier:
         out += [Arm(f"{arm_name('ridge', self.deep, t)}/check-{c:g}", at("ridge", self.deep, t),
                     check=c, label=f"ridge, split {self.deep}, tail {t}, decode check {c:g}")
                 for c in self.checks]
-        keep = [k.format(half=self.half, deep=self.deep, pop=self.pop) for k in self.keep]
+        tiered = self.tiered_arms() if self.tiered else []
+        out += tiered
+        exempt = {a.name for a in tiered}  # the cuts were stated for the paper's grid
+        keep = [k.format(**self.placeholders()) for k in self.keep]
         return [a for a in out if a.name in ("exact", self.pop_native)
-                or (not any(fnmatch.fnmatchcase(a.name, c) for c in self.cut)
+                or ((a.name in exempt or not any(fnmatch.fnmatchcase(a.name, c) for c in self.cut))
                     and (not self.keep or any(fnmatch.fnmatchcase(a.name, k) for k in keep)))]
+
+    def is_tiered(self, arm: Arm) -> bool:
+        """True for one of issue 57's tiered arms (attention rows at a share, no splice)."""
+        return (self.tiered and arm.rows == TIERED_ROWS and "share" in dict(arm.options)
+                and arm.splice is None and arm.check is None and arm.control is None)
+
+    def dropped_twin(self, arm: Arm) -> str:
+        """The name of a tiered arm's twin with its other prefix rows dropped (fill none)."""
+        o = dict(arm.options)
+        return arm_name("none", arm.split, arm.tail, TIERED_ROWS, share=o["share"],
+                        complete=bool(o.get("complete")))
+
+    def references(self, arms: list[Arm]) -> list[str]:
+        """What the tiered arms are tested against: every other arm of the run at POP's split
+        with the shortest tail and no rows, POP native aside (in the screen: the advised fill)."""
+        t1 = min(self.tails)
+        return [a.name for a in arms if not self.is_tiered(a) and a.split == self.pop
+                and a.tail == t1 and a.rows == "none" and a.name != self.pop_native
+                and a.splice is None and a.check is None and a.rescale is None]
+
+    def tiered_pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
+        """Each filled tiered arm against its dropped twin (issue 57's prediction 1), and each
+        tiered arm against each of :meth:`references` (prediction 2)."""
+        names, refs = {a.name for a in arms}, self.references(arms)
+        out = []
+        for a in arms:
+            if not self.is_tiered(a):
+                continue
+            twin = self.dropped_twin(a)
+            if a.fill != "none" and twin in names:
+                out.append((a.name, twin))
+            out += [(a.name, r) for r in refs]
+        return out
+
+    def tiered_tests(self, arms: list[Arm]) -> list[tuple[str, str, float]]:
+        """Each tiered arm non-inferior to each reference at the 3-point margin (issue 57's
+        prediction 2), and to exact at :data:`MARGIN_TIERED_EXACT` (prediction 3)."""
+        refs = set(self.references(arms))
+        return ([(a, b, MARGIN_POP) for a, b in self.tiered_pairs(arms) if b in refs]
+                + [(a.name, "exact", MARGIN_TIERED_EXACT) for a in arms if self.is_tiered(a)])
 
     def pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
         """Every arm against POP native (against exact the harness pairs already)."""
@@ -213,13 +349,14 @@ def frontier_config(loaded, o: FrontierOptions) -> tuple[EvalConfig, Frontier]:
     journal keeps both; the report shows what it holds)."""
     preset = preset_for(loaded)
     fr = Frontier(loaded.n_layers, tails=tuple(sorted(o.tails)), fills=o.fills, checks=o.checks,
-                  cut=o.cut if o.cut is not None else CUTS.get(loaded.name, ()), keep=o.keep)
+                  cut=o.cut if o.cut is not None else CUTS.get(loaded.name, ()), keep=o.keep,
+                  tiered=o.tiered, tiered_fills=o.tiered_fills)
     lengths = tuple(o.lengths or LENGTHS.get(loaded.name, (2048, 4096)))
     samples, docs, loss_length = o.samples, o.docs, o.loss_length
     # maps only where the grid's arms run (before ``keep``: a narrower rerun reuses its maps)
     used = {a.split for a in replace(fr, keep=()).arms() if a.split is not None}
     primary = fr.primary if fr.primary in used else min(used)
-    rest = [s for s in fr.splits if s != primary and s in used]
+    rest = sorted(used - {primary})  # the paper grid's splits (and the tiered arms' when asked)
     tail = max(fr.tails)  # needles lie before every arm's tail; key tokens see no prefix
     if tail < 2 or loss_length <= tail:
         raise ValueError(f"tails {fr.tails}: the longest must be at least 2 tokens (it holds "
@@ -293,8 +430,9 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
             rep = ev.evaluate_model(lm, cfg, o.out_dir, texts, maps=maps,
                                     command=command, progress=progress, arms=arms, shard=shard,
                                     pairs=fr.pairs(arms) + fr.fill_pairs(arms)
-                                    + fr.check_pairs(arms) + fr.component_pairs(arms),
-                                    tests=fr.tests(arms), preset=whole,
+                                    + fr.check_pairs(arms) + fr.component_pairs(arms)
+                                    + fr.tiered_pairs(arms),
+                                    tests=fr.tests(arms) + fr.tiered_tests(arms), preset=whole,
                                     needles=suite_units(lm, cfg, o))
         except (KeyboardInterrupt, SystemExit):  # stopped: the harness wrote a partial report
             if shard.rank == 0 and (root / "report.json").is_file():

@@ -56,6 +56,7 @@ def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str, defaults: dict[str
             "dnll_novel": d.get("dnll_novel"), "dnll_key": d.get("dnll_key"),
             "novel_vs_pop": c.get("dnll_novel"), "key_vs_pop": c.get("dnll_key"),
             "agreement": d.get("agreement"), "macs_share": macs,
+            "exact_row_share": x.get("exact_row_share"),
             "check_needles": x.get("check"), "check_docs": d.get("check"),
             "vs_default_rows": con.get((a.name, defaults.get(a.name))),
             "splice": a.splice, "vs_unspliced": con.get((a.name, headline)) if a.splice else None,
@@ -63,6 +64,40 @@ def _rows(rep: dict, arms: list[Arm], timing: dict, pop: str, defaults: dict[str
             "speedup": (t_exact / t["prefill"]) if t_exact and t.get("prefill") else None,
             "mac_ceiling": (1.0 / macs) if macs else None})
     return rows
+
+
+def tiered(rep: dict, fr, arms: list[Arm], by: dict[str, dict]) -> dict | None:
+    """Issue 57's tiered arms (``--tiered``), each with its configuration, its exact prefix
+    rows, its MAC share and ceiling (the selection included: gpu.eval.instruments.macs_share),
+    its score, and its paired contrasts: against exact, against its dropped twin (fill none,
+    the same selection) and against each reference (the other arms at POP's split: the
+    advised fill), with the 3-point non-inferiority test there. None without tiered arms."""
+    mine = [a for a in arms if fr.is_tiered(a)]
+    if not mine:
+        return None
+    con = {(c["a"], c["b"]): c for c in rep.get("contrasts", [])}
+    ni = {(t["a"], t["b"]): t for t in rep.get("noninferiority", [])}
+    refs = fr.references(arms)
+    rows = []
+    for a in mine:
+        r, o = by[a.name], dict(a.options)
+        twin = fr.dropped_twin(a)
+        rows.append({
+            "arm": a.name, "split": a.split, "tail": a.tail, "share": o["share"],
+            "complete": bool(o.get("complete")), "fill": a.fill, "values_fill": a.values_fill,
+            "exact_row_share": r["exact_row_share"], "macs_share": r["macs_share"],
+            "mac_ceiling": r["mac_ceiling"], "retrieval": r["retrieval"], "n": r["n"],
+            "vs_exact": r["vs_exact"], "dropped": twin if a.fill != "none" else None,
+            "vs_dropped": (con.get((a.name, twin)) or {}).get("retrieval")
+            if a.fill != "none" else None,
+            "vs_reference": {b: {"retrieval": (con.get((a.name, b)) or {}).get("retrieval"),
+                                 "noninferior": ni.get((a.name, b))} for b in refs},
+            "noninferior_exact": ni.get((a.name, "exact"))})
+    return {"references": {b: {k: by[b][k] for k in ("macs_share", "mac_ceiling", "retrieval",
+                                                     "vs_exact")} for b in refs if b in by},
+            "pop": {k: by[fr.pop_native][k] for k in ("macs_share", "mac_ceiling", "retrieval",
+                                                      "vs_exact")},
+            "rows": rows}
 
 
 def verdict_64(row: dict | None, margin: float = MARGIN_POP) -> str:
@@ -109,6 +144,7 @@ def summarize(rep: dict, fr, arms: list[Arm], timing: dict, meta: dict) -> dict:
             "wall_seconds": rep["wall_seconds"], "timing": {k: v for k, v in timing.items()
                                                             if k != "arms"},
             "rows": rows, "dominating": fronts, "equal_cost_winners": equal_cost,
+            "tiered": tiered(rep, fr, arms, by),
             "test_6_4": {"a": fr.headline, "b": fr.pop_native, "margin": MARGIN_POP,
                          "status": verdict_64(head), "noninferiority": (head or {}).get(
                              "noninferior_pop"), "retrieval": (head or {}).get("vs_pop"),
@@ -127,6 +163,51 @@ def interval(iv, spec: str = "+.1f") -> str:
 
 def _n(x, spec: str = ".1f") -> str:
     return "-" if x is None else f"{x:{spec}}"
+
+
+def _ceiling(x) -> str:
+    return "-" if not x else f"{x:.2f}x"
+
+
+def tiered_markdown(t: dict | None) -> list[str]:
+    """The tiered arms' section of frontier.md (issue 57), by split, fill, share, spans."""
+    if not t:
+        return []
+    refs = list(t["references"])
+    pop = t["pop"]
+    L = ["", "## Tiered prefill (issue 57)", "",
+         "An exact share of the prefix chosen by the attention selector (lower-layer attention "
+         "from the last 64 rows), with whole spans (`c`) or without, every other prefix row "
+         "filled or dropped (`none`); MAC share and ceiling from rfmath.cost with the exact rows "
+         "it selected and the selector's scores charged; NI: the one-sided 95% bound (the "
+         "lower of the bootstrap's and the binomial floor) against the margin in brackets. "
+         "POP native: MAC ceiling "
+         f"{_ceiling(pop['mac_ceiling'])}, score {_n(pop['retrieval'])}, vs exact "
+         f"{interval(pop['vs_exact'])}"
+         + "".join(f"; `{b}`: MAC ceiling {_ceiling(r['mac_ceiling'])}, score "
+                   f"{_n(r['retrieval'])}, vs exact {interval(r['vs_exact'])}"
+                   for b, r in t["references"].items()) + ".", "",
+         "| arm | exact prefix rows | MAC share | MAC ceiling | score | n | vs exact (pts) "
+         "| NI vs exact | filled - dropped (pts) | "
+         + " | ".join(f"vs `{b}` (pts) | NI vs `{b}`" for b in refs) + " |",
+         "|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(refs)]
+    order = sorted(t["rows"], key=lambda r: (r["split"], r["fill"], r["values_fill"] or "",
+                                             r["share"], r["complete"]))
+    def test(t: dict | None) -> str:
+        return "-" if not t else f"{ni_word(t)} {_n(t['bound'], '+.1f')} ({t['margin']:g})"
+
+    for r in order:
+        cells = []
+        for b in refs:
+            v = r["vs_reference"].get(b) or {}
+            cells += [interval(v.get("retrieval")), test(v.get("noninferior"))]
+        share = r["exact_row_share"]
+        row = [f"`{r['arm']}`", "-" if share is None else f"{100 * share:.1f}%",
+               _n(r["macs_share"], ".3f"), _ceiling(r["mac_ceiling"]), _n(r["retrieval"]),
+               str(r["n"] or "-"), interval(r["vs_exact"]), test(r.get("noninferior_exact")),
+               interval(r["vs_dropped"]), *cells]
+        L.append("| " + " | ".join(row) + " |")
+    return L
 
 
 def markdown(s: dict) -> str:
@@ -200,6 +281,7 @@ def markdown(s: dict) -> str:
                      f"{interval(vs.get('dnll_key'), '+.3f')} | {_n(cn.get('repairs'), '.2f')} | "
                      f"{_n(cn.get('rows_repaired'), '.1f')} | {_n(cn.get('overhead'), '+.0%')} | "
                      f"{_n(cd.get('repairs'), '.2f')} |")
+    L += tiered_markdown(s.get("tiered"))
     L += ["", "Intervals: paired 95% bootstrap (within task for retrieval, within domain for "
           "documents); NI: the one-sided bound vs POP native (pass when above -3 points; n too "
           "small when only the binomial floor of n pairs keeps it below). MAC "

@@ -173,7 +173,8 @@ class Session:
 
     def macs_share(self, arm: Arm, pre: Prefill, n: int) -> float | None:
         """Multiply-accumulates of this prefill over exact prefill's (paper 2.5), every sweep
-        charged: a probe arm also pays its first sweep over the filled cache (2.4)."""
+        charged: the exact prefix rows the selector chose (E), a probe arm's first sweep over
+        the filled cache (2.4), the attention selector's scores (:func:`ranking_macs`)."""
         if self.arch is None:
             return None
         if arm.fill == "exact" or pre.plan is None:
@@ -181,11 +182,32 @@ class Session:
         p = pre.plan
         c = cost.macs(self.arch, n, S=p.split, T=p.tail, E=int(p.exact_rows.size),
                       arm=cost_arm(arm.fill, arm.values_fill))
-        if arm.prefill_config().rows == "probe" and p.n_prefix >= 2:
+        rows = arm.prefill_config().rows
+        if rows == "probe" and p.n_prefix >= 2:
             window = dict(arm.options).get("probe_window", select.ProbeRows.probe_window)
             c += probe_sweep_macs(self.arch, p.n_prefix, p.split, min(window, n - p.n_prefix),
                                   _COST_ARM[arm.fill if arm.fill != "none" else "ridge"])
+        if rows == "attention" and p.n_prefix >= 2:  # the selection's own scores
+            c += ranking_macs(self.arch, n, p.split,
+                              dict(arm.options).get("window", select.AttentionRows.window))
         return c / cost.macs(self.arch, n, arm="exact")
+
+
+def ranking_macs(arch, n: int, split: int, window: int) -> float:
+    """The attention selector's own work (gpu.core.select.lower_received): at each lower layer
+    it reads (3/7/11/15 below the split, global attention only, else the global attention
+    layer just below the split), the last ``window`` rows' queries, ``d*(H*D)`` a row, and
+    their scores over every key up to them, ``H*D`` a key (QK^T; no AV). The lower layers'
+    keys are the prefill's own; norms, RoPE and softmax are not counted, as rfmath.cost counts
+    none. A question-blind selector's window ends at the question instead: charged the same."""
+    kinds = arch.kinds
+    layers = [l for l in select.lower_layers(split) if l < len(kinds) and kinds[l] == "attention"]
+    if not layers:
+        layers = [l for l in range(split) if kinds[l] == "attention"][-1:]
+    w = min(window, n)
+    q = arch.n_heads * arch.head_dim
+    keys = (n * (n + 1) - (n - w) * (n - w + 1)) // 2  # rows p = n-w..n-1 read p + 1 keys
+    return float(len(layers) * (w * arch.d_model * q + q * keys))
 
 
 def probe_sweep_macs(arch, n_prefix: int, split: int, window: int, arm: str) -> float:
@@ -234,6 +256,12 @@ def kl_and_agreement(exact_logits: torch.Tensor, arm_logits: torch.Tensor,
 
 
 # ----------------------------------------------------------------------------- instruments
+# the most prefills of one prompt a decoding batch holds: its cache is preallocated for each
+# (a 4K prompt on qwen2.5-coder-1.5b in fp32: about 0.22 GB a slot), so a grid of more arms
+# (issue 57's tiered screen: 81) decodes in several batches; the grids of 5-10 arms in one
+DECODE_SLOTS = 16
+
+
 def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
             needle_rows: list[int], *, max_new_tokens: int, counts: dict[str, int],
             seed: int = 0) -> list[dict]:
@@ -241,8 +269,10 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
     each plan kept exact. Every arm prefills, then the answers decode greedily together
     (gpu.eval.batch_decode; an arm whose cache does not batch, a hybrid's, decodes alone).
     An answer stops at the end token, after ``max_new_tokens`` or once it holds every
-    expected value (RULER's score cannot change after that). ``counts``: the selection size
-    of each arm already measured, which its controls copy; updated here."""
+    expected value (RULER's score cannot change after that). At most :data:`DECODE_SLOTS`
+    prefills decode together: a full batch is decoded before the next arm's prefill joins a
+    new one. ``counts``: the selection size of each arm already measured, which its controls
+    copy; updated here."""
     from .tasks import all_found, score
 
     eos = sess.tok.eos_token_id
@@ -250,9 +280,14 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
     def found(tokens: list[int]) -> bool:
         return all_found(sess.tok.decode(tokens, skip_special_tokens=True), expected)
 
-    batch = Batch(sess.model, len(arms), max_new_tokens)
-    exact_cache, runs = None, []
-    for arm in arms:
+    def decode(b: Batch) -> tuple[list[list[int]], float]:
+        t0 = time.perf_counter()
+        answers = b.greedy(eos, stop=lambda slot, tokens: found(tokens))
+        return answers, (time.perf_counter() - t0) / max(len(answers), 1)
+
+    batch = Batch(sess.model, min(len(arms), DECODE_SLOTS), max_new_tokens)
+    exact_cache, runs, decoded = None, [], []
+    for i, arm in enumerate(arms):
         if arm.splice and exact_cache is None:
             exact_cache = sess.exact(prompt.ids, 1).cache
         t0 = time.perf_counter()
@@ -270,20 +305,22 @@ def needles(sess: Session, arms: list[Arm], prompt: Prompt, expected: list[str],
         if arm.check is not None:
             tokens = checked_answer(sess, arm, pre, prompt, max_new_tokens, eos, found, rec)
         elif batch.accepts(pre):
-            tokens = batch.add(pre)  # a slot, answered below
+            if len(batch) == batch.capacity:  # full: decode it, then a new one
+                decoded.append(decode(batch))
+                batch = Batch(sess.model, min(len(arms) - i, DECODE_SLOTS), max_new_tokens)
+            tokens = (len(decoded), batch.add(pre))  # (batch, slot), answered below
         else:
             t1 = time.perf_counter()
             tokens = sess.engine(arm.split).decode(pre, max_new_tokens, eos, stop=found)
             rec["decode_seconds"] = time.perf_counter() - t1
         runs.append((rec, tokens))
-    t0 = time.perf_counter()
-    answers = batch.greedy(eos, stop=lambda slot, tokens: found(tokens))
-    share = (time.perf_counter() - t0) / max(len(answers), 1)
+    decoded.append(decode(batch))
     out = []
     for rec, tokens in runs:
-        if isinstance(tokens, int):
-            tokens = answers[tokens]
-            rec["decode_seconds"] = share  # this arm's share of the batch
+        if isinstance(tokens, tuple):
+            answers, share = decoded[tokens[0]]
+            tokens = answers[tokens[1]]
+            rec["decode_seconds"] = share  # this arm's share of its batch
         answer = sess.tok.decode(tokens, skip_special_tokens=True)
         rec.update(answer=answer, new_tokens=len(tokens), score=score(answer, expected),
                    correct=int(all_found(answer, expected)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.config import option
+from ..core.config import FILLS, SOURCES, option
 from ..core.models import SMALL
 
 TAILS = (1, 512, 1024)
@@ -71,7 +71,19 @@ class FrontierOptions:
     cut: tuple[str, ...] | None = option(None, "arm-name patterns left out (fnmatch; default: "
                                                "the model's cuts in gpu.eval.frontier.CUTS)")
     keep: tuple[str, ...] = option((), "only the arms these patterns name (fnmatch), with exact "
-                                        "and POP native (e.g. the n >= 120 comparison)")
+                                        "and POP native (e.g. the n >= 120 comparison); "
+                                        "{third} {half} {seven12} {deep} {pop} stand for the "
+                                        "splits at 1/3, 1/2, 7/12, 5/8 depth and POP's")
+    tiered: bool = option(False, "add issue 57's tiered arms: at 1/3, 1/2, 7/12 depth and "
+                                 "POP's split, 10, 20 or 30 percent of the prefix exact by the "
+                                 "attention selector, with and without whole spans (c), the "
+                                 "other rows filled or dropped (none), one-token tail; named "
+                                 "e.g. kv+attn20c@12/t1; --cut leaves them alone, --keep "
+                                 "narrows them")
+    tiered_fills: tuple[str, ...] = option(("kv", "ridge", "none"), "the tiered arms' fills: "
+                                           "kv, ridge, anchored, identity, none, or keys.values "
+                                           "from two fills (e.g. kv.identity, the 0.5B's advised "
+                                           "kind)")
     checks: tuple[float, ...] = option(CHECKS, "decode-time check thresholds at 5/8 depth "
                                                "(paper I.4)")
     timing_units: int = option(1, "samples each arm's prefill is timed on (0: no timing)")
@@ -79,3 +91,11 @@ class FrontierOptions:
     def __post_init__(self):
         if not self.instruments or set(self.instruments) - set(INSTRUMENTS):
             raise ValueError(f"instruments {self.instruments}: choose from 'needle' and 'loss'")
+        for f in self.tiered_fills:
+            keys, _, values = f.partition(".")
+            ok = (keys in SOURCES and values in SOURCES and keys != values if values
+                  else keys in FILLS and keys != "exact")
+            if not ok:
+                raise ValueError(f"tiered fill {f!r}: choose from "
+                                 f"{', '.join(x for x in FILLS if x != 'exact')}, or keys.values "
+                                 f"from two of {', '.join(SOURCES)} (e.g. kv.identity)")
