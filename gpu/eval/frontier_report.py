@@ -170,12 +170,12 @@ def _ceiling(x) -> str:
 
 
 def tiered_markdown(t: dict | None) -> list[str]:
-    """The tiered arms' section of frontier.md (issue 57), by split, fill, share, spans."""
+    """The tiered arms' section of frontier.md, by split, fill, share, spans."""
     if not t:
         return []
     refs = list(t["references"])
     pop = t["pop"]
-    L = ["", "## Tiered prefill (issue 57)", "",
+    L = ["", "## Tiered prefill", "",
          "An exact share of the prefix chosen by the attention selector (lower-layer attention "
          "from the last 64 rows), with whole spans (`c`) or without, every other prefix row "
          "filled or dropped (`none`); MAC share and ceiling from rfmath.cost with the exact rows "
