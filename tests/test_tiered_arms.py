@@ -287,4 +287,4 @@ def test_tiered_arms_run_through_the_harness(tiny, tmp_path, monkeypatch):
     assert kv["mac_ceiling"] == pytest.approx(1 / kv["macs_share"])
     assert t["rows"][2]["vs_dropped"] is None  # the drop arm has no twin of its own
     md = (root / "frontier.md").read_text()
-    assert "## Tiered prefill (issue 57)" in md and "`none+attn20c@4/t1`" in md
+    assert "## Tiered prefill" in md and "`none+attn20c@4/t1`" in md
