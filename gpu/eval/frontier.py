@@ -17,15 +17,10 @@ passes and batched decoding as ``make eval``; sharded under torchrun by gpu.eval
 * beyond the paper, at 1/2, 5/8 and POP's split with a one-token tail and no rows: the
   anchored and the direct cache-entry (kv) fills, and keys from one fill with values from
   another (:data:`SOURCE_PAIRS`);
-* only when asked (``--tiered``, issue 57): the tiered prefill, at 1/3, 1/2 and 7/12 depth and
-  POP's split, the shortest tail (one token): an exact share k of 10/20/30% of the prefix
-  chosen by the ``attention`` selector (lower-layer attention from the last 64 rows,
-  gpu.core.select.AttentionRows), with and without span completion, every other prefix row
-  filled (``kv``, ``ridge``) or dropped (``none``: FastKV's / GemFilter's analogue with the
-  same selection). Named ``<fill>+attn<k%>[c]@<split>/t<tail>`` (:func:`arm_name`; ``c``:
-  whole spans), e.g. ``kv+attn20c@12/t1``, ``none+attn10@16/t1``,
-  ``kv.identity-values+attn20c@16/t1``. ``cut`` (the models' :data:`CUTS`, stated for the
-  paper's grid, or ``--cut``) leaves them alone; ``keep`` narrows them like any arm.
+* only when asked (``--tiered``, issue 57): the tiered prefill's arms and pairs
+  (gpu.eval.tiered: attention-selected rows exact, the other prefix rows filled or dropped).
+  ``cut`` (the models' :data:`CUTS`, stated for the paper's grid, or ``--cut``) leaves them
+  alone; ``keep`` narrows them like any arm.
 
 ``--suite ruler`` runs the same grid on RULER's samples from lm-eval (gpu.eval.ruler) instead
 of the project's filled-region needles; ``--maps-from`` reuses another run's fitted maps.
@@ -51,16 +46,16 @@ from rfmodel.atomic import write_json
 
 from ..core import models
 from ..core import presets
-from ..core.config import (DEFAULT_ROWS, FILLS, RESCALES, SOURCES, PrefillConfig,
-                           pop_split)
+from ..core.config import DEFAULT_ROWS, RESCALES, PrefillConfig, pop_split
 from . import harness as ev
 from .frontier_report import summarize, write as write_summary
-from .grid import EvalConfig, depth, preset_for
+from .grid import EvalConfig, arm_name, depth, preset_for
 from .instruments import Arm, Session
 from . import ruler
 from .options import TAILS, TASKS, FrontierOptions
 from .report import MARGIN_POP
 from .shard import Shard
+from .tiered import TIERED_FILLS, TieredArms, tiered_fill
 from .timing import time_arms
 from .units import CorpusTexts, needle_units, sig
 
@@ -87,58 +82,11 @@ SOURCE_PAIRS = (("identity", "ridge"), ("ridge", "identity"), ("identity", "kv")
                 ("kv", "identity"))
 
 
-# issue 57's tiered prefill (``--tiered``): splits at these fractions of depth and POP's, an
-# exact share of the prefix chosen by the attention selector, with and without whole spans,
-# the other prefix rows filled or dropped (``none``); a fill "keys.values" takes keys and
-# values from two fills (the advised two-source kind, e.g. "kv.identity")
-TIERED_FRACTIONS = (1 / 3, 1 / 2, 7 / 12)
-TIERED_SHARES = (0.10, 0.20, 0.30)
-TIERED_FILLS = ("kv", "ridge", "none")
-TIERED_ROWS = "attention"
-MARGIN_TIERED_EXACT = 5.0  # points: issue 57's moonshot, "within 5 RULER points of exact"
-
-
-def rows_part(rows: str, share: float | None = None, complete: bool = False) -> str:
-    """The rows part of an arm's name: the selector's name, or for the attention selector with
-    an exact ``share`` of the prefix ``attn<percent>``, then ``c`` with span completion."""
-    if share is None:
-        return rows
-    if rows != TIERED_ROWS:
-        raise ValueError(f"a share names the {TIERED_ROWS!r} selector's rows, not {rows!r}")
-    pct = share * 100
-    if abs(pct - round(pct)) > 1e-9 or not 0 < round(pct) <= 100:
-        raise ValueError(f"share={share!r}: a whole percent of the prefix, 0.01 to 1")
-    return f"attn{round(pct)}{'c' if complete else ''}"
-
-
-def arm_name(fill: str, split: int, tail: int, rows: str = "none",
-             values: str | None = None, share: float | None = None,
-             complete: bool = False) -> str:
-    """``<keys>[.<values>-values][+<rows>]@<split>/t<tail>``; with a ``share`` of the
-    attention selector's rows the rows part is ``attn<percent>[c]`` (:func:`rows_part`)."""
-    keys = fill if values is None else f"{fill}.{values}-values"
-    rows = rows_part(rows, share, complete)
-    return f"{keys}{'' if rows == 'none' else '+' + rows}@{split}/t{tail}"
-
-
-def tiered_fill(fill: str) -> tuple[str, str | None]:
-    """(keys' fill, values' fill or None) of a tiered fill: ``kv``, ``ridge``, ``none``, ...,
-    or ``keys.values`` from two fills (gpu.core.config.SOURCES)."""
-    keys, _, values = fill.partition(".")
-    if values:
-        if keys not in SOURCES or values not in SOURCES or keys == values:
-            raise ValueError(f"tiered fill {fill!r}: keys.values from two of {', '.join(SOURCES)}")
-        return keys, values
-    if keys not in FILLS or keys == "exact":
-        raise ValueError(f"tiered fill {fill!r}: choose from "
-                         f"{', '.join(f for f in FILLS if f != 'exact')}, or keys.values")
-    return keys, None
-
-
 @dataclass(frozen=True)
-class Frontier:
+class Frontier(TieredArms):
     """One model's frontier grid; ``primary`` (3/8 depth) carries the rescales, ``deep``
-    (5/8 depth) paper 6.4's test and the decode-time checks."""
+    (5/8 depth) paper 6.4's test and the decode-time checks; its tiered arms (``tiered``)
+    and their pairs come from :class:`gpu.eval.tiered.TieredArms`."""
 
     n_layers: int
     tails: tuple[int, ...] = TAILS
@@ -178,39 +126,10 @@ class Frontier:
     def half(self) -> int:
         return depth(1 / 2, self.n_layers)
 
-    @property
-    def third(self) -> int:
-        return depth(1 / 3, self.n_layers)
-
-    @property
-    def seven12(self) -> int:
-        return depth(7 / 12, self.n_layers)
-
-    @property
-    def tiered_splits(self) -> tuple[int, ...]:
-        """The tiered arms' splits: 1/3, 1/2 and 7/12 of depth and POP's."""
-        return tuple(sorted({depth(f, self.n_layers) for f in TIERED_FRACTIONS} | {self.pop}))
-
     def placeholders(self) -> dict[str, int]:
         """What ``keep`` patterns' {third}, {half}, {seven12}, {deep}, {pop} stand for."""
         return {"third": self.third, "half": self.half, "seven12": self.seven12,
                 "deep": self.deep, "pop": self.pop}
-
-    def tiered_arms(self) -> list[Arm]:
-        """Issue 57's grid: split x fill x exact share x span completion, the shortest tail."""
-        t1, out = min(self.tails), []
-        for s in self.tiered_splits:
-            for fill in self.tiered_fills:
-                keys, values = tiered_fill(fill)
-                for k in TIERED_SHARES:
-                    for c in (False, True):
-                        cfg = PrefillConfig(fill=keys, values_fill=values, split=s, tail=t1,
-                                            rows=TIERED_ROWS,
-                                            selector_options={"share": k, "complete": c})
-                        out.append(Arm(arm_name(keys, s, t1, TIERED_ROWS, values, k, c), cfg,
-                                       label=f"{fill}, split {s}, tail {t1}, {k:.0%} attention "
-                                             f"rows{', whole spans' if c else ''}"))
-        return out
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -271,46 +190,6 @@ class Frontier:
         return [a for a in out if a.name in ("exact", self.pop_native)
                 or ((a.name in exempt or not any(fnmatch.fnmatchcase(a.name, c) for c in self.cut))
                     and (not self.keep or any(fnmatch.fnmatchcase(a.name, k) for k in keep)))]
-
-    def is_tiered(self, arm: Arm) -> bool:
-        """True for one of issue 57's tiered arms (attention rows at a share, no splice)."""
-        return (self.tiered and arm.rows == TIERED_ROWS and "share" in dict(arm.options)
-                and arm.splice is None and arm.check is None and arm.control is None)
-
-    def dropped_twin(self, arm: Arm) -> str:
-        """The name of a tiered arm's twin with its other prefix rows dropped (fill none)."""
-        o = dict(arm.options)
-        return arm_name("none", arm.split, arm.tail, TIERED_ROWS, share=o["share"],
-                        complete=bool(o.get("complete")))
-
-    def references(self, arms: list[Arm]) -> list[str]:
-        """What the tiered arms are tested against: every other arm of the run at POP's split
-        with the shortest tail and no rows, POP native aside (in the screen: the advised fill)."""
-        t1 = min(self.tails)
-        return [a.name for a in arms if not self.is_tiered(a) and a.split == self.pop
-                and a.tail == t1 and a.rows == "none" and a.name != self.pop_native
-                and a.splice is None and a.check is None and a.rescale is None]
-
-    def tiered_pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
-        """Each filled tiered arm against its dropped twin (issue 57's prediction 1), and each
-        tiered arm against each of :meth:`references` (prediction 2)."""
-        names, refs = {a.name for a in arms}, self.references(arms)
-        out = []
-        for a in arms:
-            if not self.is_tiered(a):
-                continue
-            twin = self.dropped_twin(a)
-            if a.fill != "none" and twin in names:
-                out.append((a.name, twin))
-            out += [(a.name, r) for r in refs]
-        return out
-
-    def tiered_tests(self, arms: list[Arm]) -> list[tuple[str, str, float]]:
-        """Each tiered arm non-inferior to each reference at the 3-point margin (issue 57's
-        prediction 2), and to exact at :data:`MARGIN_TIERED_EXACT` (prediction 3)."""
-        refs = set(self.references(arms))
-        return ([(a, b, MARGIN_POP) for a, b in self.tiered_pairs(arms) if b in refs]
-                + [(a.name, "exact", MARGIN_TIERED_EXACT) for a in arms if self.is_tiered(a)])
 
     def pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
         """Every arm against POP native (against exact the harness pairs already)."""

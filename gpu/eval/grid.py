@@ -1,5 +1,6 @@
 """The study's grid (paper sections 3, 6): its configuration (:class:`EvalConfig`, the
-presets of the built-in models) and its arms (paper Table 3 plus the controls)."""
+presets of the built-in models), its arms (paper Table 3 plus the controls) and the names of
+the frontier's and the benches' arms (:func:`arm_name`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -10,6 +11,8 @@ from ..core.extras import SPLICES
 from . import tasks
 from .instruments import Arm
 
+# the selector an exact share of the prefix names (gpu.core.select.AttentionRows' ``share``)
+SHARE_ROWS = "attention"
 
 
 @dataclass
@@ -49,6 +52,29 @@ class EvalConfig:
 
 def depth(fraction: float, n_layers: int) -> int:
     return int(round(fraction * n_layers))
+
+
+def rows_part(rows: str, share: float | None = None, complete: bool = False) -> str:
+    """The rows part of an arm's name: the selector's name, or for the attention selector with
+    an exact ``share`` of the prefix ``attn<percent>``, then ``c`` with span completion."""
+    if share is None:
+        return rows
+    if rows != SHARE_ROWS:
+        raise ValueError(f"a share names the {SHARE_ROWS!r} selector's rows, not {rows!r}")
+    pct = share * 100
+    if abs(pct - round(pct)) > 1e-9 or not 0 < round(pct) <= 100:
+        raise ValueError(f"share={share!r}: a whole percent of the prefix, 0.01 to 1")
+    return f"attn{round(pct)}{'c' if complete else ''}"
+
+
+def arm_name(fill: str, split: int, tail: int, rows: str = "none",
+             values: str | None = None, share: float | None = None,
+             complete: bool = False) -> str:
+    """``<keys>[.<values>-values][+<rows>]@<split>/t<tail>``; with a ``share`` of the
+    attention selector's rows the rows part is ``attn<percent>[c]`` (:func:`rows_part`)."""
+    keys = fill if values is None else f"{fill}.{values}-values"
+    rows = rows_part(rows, share, complete)
+    return f"{keys}{'' if rows == 'none' else '+' + rows}@{split}/t{tail}"
 
 
 def study_config(model: str, n_layers: int, *, chat: bool = True) -> EvalConfig:
