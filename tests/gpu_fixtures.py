@@ -115,11 +115,12 @@ def tiny_dir(family: str = "llama", seed: int = 0) -> Path:
 @functools.cache
 def tiny_qwen2_dir(seed: int = 0) -> Path:
     """A small random Qwen2 (vLLM's Qwen2 class: biased K/V projections, grouped queries)
-    with heads vLLM's CPU attention kernels take (head size 64), saved as a local folder."""
+    with heads vLLM's CPU attention kernels take (head size 64) and two key/value heads (one
+    per rank under tensor parallelism 2), saved as a local folder."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256,
-                      num_hidden_layers=LAYERS, num_attention_heads=2, num_key_value_heads=1,
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=256, intermediate_size=512,
+                      num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=10000.0,
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                       pad_token_id=0, use_sliding_window=False)

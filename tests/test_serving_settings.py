@@ -103,7 +103,8 @@ def _engine(**change):
         parallel_config=SimpleNamespace(pipeline_parallel_size=change.pop("pp", 1),
                                         data_parallel_size=change.pop("dp", 1),
                                         tensor_parallel_size=change.pop("tp", 1)),
-        model_config=SimpleNamespace(hf_text_config=hf),
+        model_config=SimpleNamespace(hf_text_config=hf, runner_type=change.pop("runner", "generate")),
+        lora_config=change.pop("lora", None),
         attention_config=SimpleNamespace(backend=change.pop("backend", None)),
         speculative_config=change.pop("spec", None),
         device_config=SimpleNamespace(device_type=change.pop("device", "cpu")))
@@ -116,6 +117,8 @@ def _engine(**change):
     ({"backend": SimpleNamespace(name="FLASH_ATTN")}, "attention backend"),
     ({"window": True}, "sliding window"),
     ({"layer_types": ["full_attention", "sliding_attention"]}, "sliding window"),
+    ({"lora": object()}, "LoRA adapters"),
+    ({"runner": "pooling"}, "a runner other than generate"),
     ({"device": "cuda"}, "device")])
 def test_engine_modes_the_classes_cannot_run_are_refused_at_build(change, says):
     settings.check_engine(_engine(tp=2, backend=SimpleNamespace(name="CPU_ATTN")))  # these run
@@ -142,3 +145,14 @@ def test_register_refuses_another_vllm_by_name(monkeypatch, caplog):
     plugin.register()
     assert sorted(name for name, _ in registered) == sorted(
         settings.PREFIX + a for a in settings.ARCHITECTURES.values())
+
+
+def test_thread_binding_gives_each_tensor_parallel_rank_its_cores(monkeypatch):
+    monkeypatch.setattr(settings.os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
+    assert settings.all_cores() == "0,1,2,3"
+    assert settings.all_cores(2) == "0,1|2,3"
+    assert settings.all_cores(4) == "0|1|2|3"
+    with pytest.raises(ValueError, match="needs at least 8 cores"):
+        settings.all_cores(8)
+    assert settings.ranks_of(("--tensor-parallel-size", "2")) == 2
+    assert settings.ranks_of(["-tp=2", "--x"]) == 2 and settings.ranks_of([]) == 1

@@ -257,3 +257,50 @@ def test_bf16_filled_entries_and_answers_match_the_engine(bf16):
         if "coder" in loaded.name:
             answer = loaded.tokenizer.decode(engine.decode(pre, NEW))
             assert "4407213" in answer and "4407213" in out.outputs[0].text, text[:40]
+
+
+def test_tensor_parallel_ranks_answer_as_the_engine(tmp_path, monkeypatch):
+    """vLLM's tensor parallelism over 2 CPU ranks (one core each): each rank fills its own
+    key/value head (the kv map's rows of that head, the rank's own K/V projection of x_S) and
+    the greedy answers equal the engine's, fp32, with chunked prefill (64-token steps)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("tensor parallelism 2 needs 2 cores")
+    from vllm import LLM, SamplingParams
+
+    from gpu.serving.settings import all_cores, overrides
+    loaded = models.load(str(tiny_qwen2_dir()), device="cpu", dtype=torch.float32)
+    path = _kv_maps(loaded, 2, tmp_path / "kv.safetensors")
+    config = PrefillConfig(split=2, tail=TAIL, fill="kv", values_fill="identity", rows="none")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", all_cores(2))
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    llm = LLM(str(loaded.path), dtype="float32", enforce_eager=True, tensor_parallel_size=2,
+              hf_overrides=overrides(loaded.path, config, path, min_fill_rows=1),
+              max_model_len=2048, max_num_batched_tokens=64, max_num_seqs=8, seed=0)
+    engine = Engine(loaded.model, load_maps(path, loaded.model))
+    params = SamplingParams(temperature=0, max_tokens=NEW, ignore_eos=True)
+    for text, out in zip(PROMPTS[:3], llm.generate(PROMPTS[:3], params)):
+        pre = engine.prefill(_ids(loaded.tokenizer, text), config)
+        assert list(out.outputs[0].token_ids) == engine.decode(pre, NEW), text[:40]
+    del llm
+
+
+def test_a_request_for_prompt_logprobs_runs_exact(setup):
+    """Prompt logprobs read every prompt row's logits, which filled rows do not have: such a
+    request fills nothing, and its prompt logprobs are the exact model's (the Hugging Face
+    forward of the same tokens)."""
+    loaded, maps, config, llm = setup
+    from vllm import SamplingParams
+
+    ids = _ids(loaded.tokenizer, PROMPTS[1])
+    (before,) = llm.apply_model(_rows_filled)
+    (out,) = llm.generate([PROMPTS[1]], SamplingParams(temperature=0, max_tokens=1,
+                                                        prompt_logprobs=0))
+    (after,) = llm.apply_model(_rows_filled)
+    assert after == before
+    with torch.no_grad():
+        ref = torch.log_softmax(loaded.model(ids).logits[0].double(), -1)
+    for pos in range(1, ids.shape[1]):
+        token = int(ids[0, pos])
+        got = out.prompt_logprobs[pos][token].logprob
+        assert abs(got - float(ref[pos - 1, token])) <= LOGPROB_TOL, pos

@@ -149,10 +149,16 @@ class RidgeFillMixin:
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
         step, requests = _step_metadata(), step_info.current()
-        prefix = (step_rows.prefix_rows(step.query_start_loc.numpy(), step.seq_lens.numpy(),
-                                        requests.prompt_lens, requests.started,
-                                        self.ridgefill.config.tail, self.min_fill_rows)
-                  if step is not None and requests is not None else [])
+        if step is not None and requests is not None and \
+                requests.prompt_lens.size != step.seq_lens.numel():
+            raise RuntimeError(f"vLLM's step holds {step.seq_lens.numel()} requests and its "
+                               f"input batch {requests.prompt_lens.size}: this vLLM pads or "
+                               "reorders requests in a way gpu.serving.step does not read")
+        prefix = [] if step is None or requests is None else step_rows.prefix_rows(
+            step.query_start_loc.numpy(), step.seq_lens.numpy(), requests.prompt_lens,
+            # a request that reads prompt logprobs needs every row: none left to fill
+            np.where(requests.exact, requests.prompt_lens, requests.started),
+            self.ridgefill.config.tail, self.min_fill_rows)
         if not any(p.size for p in prefix):
             return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
         return self._ridgefill_forward(input_ids, positions, inputs_embeds, step, prefix)

@@ -17,7 +17,7 @@ from ..core import models
 from ..core.advised import default_config
 from ..maps.advice import announce, read_advice
 from ..maps.files import cached_maps, load_maps
-from .settings import all_cores, check, default_dtype, model_type, overrides
+from .settings import all_cores, check, default_dtype, model_type, overrides, ranks_of
 
 # the KV cache's size when the caller gives neither --kv-cache-memory-bytes nor
 # --gpu-memory-utilization (on the CPU the latter reserves 92% of the machine's memory and
@@ -85,6 +85,6 @@ def run(model: str, maps: str | None, port: int, host: str, dtype: str | None,
     print(f"ridgefill serve: {summary}; http://{host}:{port}/v1", flush=True)
     env = dict(os.environ)
     env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores(ranks_of(extra)))
     os.execve(argv[0], argv, env)
     return 0

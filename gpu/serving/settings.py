@@ -38,10 +38,29 @@ def default_dtype(cpuinfo: str | None = None) -> str:
     return "bfloat16" if cpu_info(cpuinfo)[1] & set(BF16_FLAGS) else "float32"
 
 
-def all_cores() -> str:
-    """``VLLM_CPU_OMP_THREADS_BIND`` over every core of this process: vLLM's ``auto`` keeps one
-    core for its front end, which leaves one thread of two on a 2-core machine."""
-    return ",".join(map(str, sorted(os.sched_getaffinity(0))))
+def all_cores(ranks: int = 1) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` over every core of this process, split into ``ranks``
+    groups (``0|1``: one core per tensor-parallel rank on a 2-core machine): vLLM's ``auto``
+    keeps one core for its front end, which leaves one thread of two on a 2-core machine, and
+    refuses tensor parallelism on one NUMA node."""
+    cores = sorted(os.sched_getaffinity(0))
+    if ranks > len(cores):
+        raise ValueError(f"tensor parallelism over {ranks} ranks needs at least {ranks} cores; "
+                         f"this process has {len(cores)}")
+    groups = [cores[i * len(cores) // ranks:(i + 1) * len(cores) // ranks] for i in range(ranks)]
+    return "|".join(",".join(map(str, g)) for g in groups)
+
+
+def ranks_of(args: tuple[str, ...] | list[str]) -> int:
+    """The tensor-parallel size a ``vllm serve`` argument list asks for (1 when none)."""
+    args = list(args)
+    for i, a in enumerate(args):
+        for flag in ("--tensor-parallel-size", "-tp"):
+            if a == flag and i + 1 < len(args):
+                return int(args[i + 1])
+            if a.startswith(flag + "="):
+                return int(a.split("=", 1)[1])
+    return 1
 
 
 def check(config: PrefillConfig) -> None:
@@ -131,6 +150,11 @@ def check_engine(vllm_config) -> None:
         "sliding window": (bool(getattr(hf, "use_sliding_window", False)) or
                            "sliding_attention" in (getattr(hf, "layer_types", None) or ()),
                            "this model attends through a window; serve it with --fill exact"),
+        "LoRA adapters": (getattr(vllm_config, "lora_config", None) is not None,
+                          "the fill projects with the base weights; drop --enable-lora"),
+        "a runner other than generate": (getattr(model, "runner_type", "generate") != "generate",
+                                         "filled rows have no hidden states to pool; serve "
+                                         "embeddings with --fill exact"),
         "device": (vllm_config.device_config.device_type != "cpu",
                    f"{vllm_config.device_config.device_type}: the RidgeFill classes run on "
                    "vLLM's CPU build; serve with --fill exact"),

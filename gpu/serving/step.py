@@ -27,11 +27,13 @@ _MARK = "_ridgefill_step_hook"
 @dataclass(frozen=True)
 class Step:
     """Per request of the step, in the metadata's order: ``prompt_lens`` (its prompt's
-    length) and ``started`` (the tokens it had computed when its prefill began in this
-    engine: its cached prefix, 0 for a fresh prompt)."""
+    length), ``started`` (the tokens it had computed when its prefill began in this engine:
+    its cached prefix, 0 for a fresh prompt) and ``exact`` (it asked for prompt logprobs,
+    which read every prompt row's logits, so none of its rows is filled)."""
 
     prompt_lens: np.ndarray
     started: np.ndarray
+    exact: np.ndarray
 
 
 def current() -> Step | None:
@@ -66,9 +68,11 @@ def install() -> None:
         batch = runner.input_batch
         n = batch.num_reqs
         tracker = runner.__dict__.setdefault(_MARK, StartTracker())
-        started = tracker.started(list(batch.req_ids[:n]), batch.num_computed_tokens_cpu[:n])
-        token = _STEP.set(Step(prompt_lens=batch.num_prompt_tokens[:n].astype(np.int64),
-                               started=started))
+        ids = list(batch.req_ids[:n])
+        token = _STEP.set(Step(
+            prompt_lens=batch.num_prompt_tokens[:n].astype(np.int64),
+            started=tracker.started(ids, batch.num_computed_tokens_cpu[:n]),
+            exact=np.asarray([r in runner.num_prompt_logprobs for r in ids], bool)))
         try:
             return forward(runner, *args, **kwargs)
         finally:
