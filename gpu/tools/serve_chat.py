@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     result = json.loads(path.read_text()) if path.exists() else {}
     result.update({"command": "python -m gpu.tools.serve_chat " + " ".join(argv or sys.argv[1:]),
                    "model": name, "seed": a.seed, "length": a.length, "turns": a.turns,
-                   "date": time.strftime("%Y-%m-%d"), "processor": models.cpu_info()[0]})
+                   "date": time.strftime("%Y-%m-%d"), "processor": models.cpu_info()[0],
+                   "ld_preload": os.environ.get("LD_PRELOAD", "")})
     extra = tuple(x for x in a.serve_args if x != "--")
     for arm in ARMS:  # resumable: an arm's finished conversations are kept
         rec = result.setdefault("arms", {}).setdefault(arm, {"conversations": []})
