@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from rfmodel.atomic import write_json
 from ..core import models
 from ..data import corpus
 from ..eval import tasks
-from .serve_load import ARMS, serve, stream
+from .serve_load import ARMS, record, serving, stream
 
 QUESTIONS = ("Summarize the text above in two sentences.",
              "Which places or people does the text mention? Name three.",
@@ -127,38 +126,28 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     name, folder = models.resolve(a.model)
-    convs = conversations(AutoTokenizer.from_pretrained(folder), a.conversations, a.length,
-                          a.seed)
-    out = a.out_dir / name
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "chat.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
-    result.update({"command": "python -m gpu.tools.serve_chat " + " ".join(argv or sys.argv[1:]),
-                   "model": name, "seed": a.seed, "length": a.length, "turns": a.turns,
-                   "date": time.strftime("%Y-%m-%d"), "processor": models.cpu_info()[0],
-                   "ld_preload": os.environ.get("LD_PRELOAD", "")})
+    tok = AutoTokenizer.from_pretrained(folder)
+    convs = conversations(tok, a.conversations, a.length, a.seed)
+    warm = conversations(tok, 1, a.length, a.seed + 999)[0]  # a document no conversation uses
+    path, result = record(a.out_dir, name, "chat.json", "serve_chat", argv, model=name,
+                          seed=a.seed, length=a.length, turns=a.turns,
+                          processor=models.cpu_info()[0],
+                          ld_preload=os.environ.get("LD_PRELOAD", ""))
     extra = tuple(x for x in a.serve_args if x != "--")
     for arm in ARMS:  # resumable: an arm's finished conversations are kept
         rec = result.setdefault("arms", {}).setdefault(arm, {"conversations": []})
         if len(rec["conversations"]) >= a.conversations:
             continue
-        proc = serve(name, arm, a.port, out / f"chat-{arm}.log", extra)
-        try:
-            # warm-up on a document no conversation uses (compiles, first-call costs)
-            warm = conversations(AutoTokenizer.from_pretrained(folder), 1, a.length,
-                                 a.seed + 999)[0]
-            converse(a.port, name, warm, 1, 1)
+        with serving(name, arm, a.port, path.parent / f"chat-{arm}.log", extra):
+            converse(a.port, name, warm, 1, 1)      # warm-up: compiles, first-call costs
             for conv in tqdm(convs[len(rec["conversations"]):], desc=f"{arm} chats",
                              unit="conversation"):
                 rec["conversations"].append(converse(a.port, name, conv, a.turns,
                                                      a.max_tokens))
                 write_json(path, result)
-        finally:
-            proc.terminate()
-            proc.wait(120)
     result["summary"] = summary(result)
     write_json(path, result)
-    plot(result, out / "chat.png")
+    plot(result, path.parent / "chat.png")
     print(json.dumps(result["summary"], indent=1))
     return 0
 

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -56,25 +57,26 @@ def ask(port: int, model: str, prompt: str, max_tokens: int) -> dict:
 
 def stream(port: int, path: str, body: dict) -> dict:
     """POST ``body`` (streamed) to ``path`` (completions or chat completions): time to the
-    first chunk, total time, text, finish reason, HTTP status."""
+    first chunk, total time, text, finish reason, HTTP status, and every chunk's arrival
+    (``time.perf_counter``)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
     start = time.perf_counter()
     conn.request("POST", path, json.dumps({**body, "stream": True}),
                  {"Content-Type": "application/json"})
     resp = conn.getresponse()
-    first, text, finish = None, [], None
+    arrivals, text, finish = [], [], None
     for raw in resp:
         line = raw.decode().strip()
         if not line.startswith("data:") or line == "data: [DONE]":
             continue
+        arrivals.append(time.perf_counter())
         choice = json.loads(line[5:])["choices"][0]
-        if first is None:
-            first = time.perf_counter() - start
         text.append(choice.get("text") or (choice.get("delta") or {}).get("content") or "")
         finish = choice.get("finish_reason") or finish
     conn.close()
-    return {"ttft": first, "seconds": time.perf_counter() - start, "text": "".join(text),
-            "finish_reason": finish, "status": resp.status}
+    return {"ttft": arrivals[0] - start if arrivals else None,
+            "seconds": time.perf_counter() - start, "text": "".join(text),
+            "finish_reason": finish, "status": resp.status, "arrivals": arrivals}
 
 
 def run_level(port: int, model: str, prompts, concurrency: int, max_tokens: int) -> dict:
@@ -121,6 +123,30 @@ def serve(model: str, arm: str, port: int, log: Path,
     raise RuntimeError(f"ridgefill serve ({arm}) did not answer in 20 minutes: {log}")
 
 
+@contextmanager
+def serving(model: str, arm: str, port: int, log: Path, extra: tuple[str, ...] = ()):
+    """:func:`serve` for the length of a ``with`` block, stopped after it."""
+    proc = serve(model, arm, port, log, extra)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(120)
+
+
+def record(out_dir: Path, model: str, filename: str, tool: str, argv: list[str] | None, /,
+           **fields) -> tuple[Path, dict]:
+    """(path, record so far) of a resumable serving run's JSON under ``out_dir/model``,
+    stamped with the command that runs ``tool``, the date and ``fields``."""
+    out = out_dir / model
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / filename
+    result = json.loads(path.read_text()) if path.exists() else {}
+    result.update({"command": f"python -m gpu.tools.{tool} " + " ".join(argv or sys.argv[1:]),
+                   **fields, "date": time.strftime("%Y-%m-%d")})
+    return path, result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
@@ -145,20 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         tok, 1, short if i % 2 == 0 else long_, a.seed + 1000 + 100 * c + i)]
         for c in a.concurrency]
     needles = needle_prompts(tok, a.needles, a.length, a.seed) if a.needles else []
-    out = a.out_dir / name
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "serving.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
-    result.update({"command": "python -m gpu.tools.serve_load " + " ".join(argv or sys.argv[1:]),
-                   "seed": a.seed, "date": time.strftime("%Y-%m-%d")})
+    path, result = record(a.out_dir, name, "serving.json", "serve_load", argv, seed=a.seed)
     for arm in ARMS:  # resumable: what an arm measured is kept
         rec = result.setdefault("arms", {}).setdefault(arm, {})
         todo_load = bool(a.concurrency) and "load" not in rec
         todo_quality = bool(needles) and "quality" not in rec
         if not (todo_load or todo_quality):
             continue
-        proc = serve(name, arm, a.port, out / f"serve-{arm}.log")
-        try:
+        with serving(name, arm, a.port, path.parent / f"serve-{arm}.log"):
             ask(a.port, name, needle_prompts(tok, 1, short, a.seed + 999)[0][0], 1)  # warm-up
             if todo_load:
                 rec["load"] = [run_level(a.port, name, prompts, c, 24) for c, prompts in
@@ -168,9 +188,6 @@ def main(argv: list[str] | None = None) -> int:
             if todo_quality:
                 rec["quality"] = run_level(a.port, name, needles, 4, 24)
                 write_json(path, result)
-        finally:
-            proc.terminate()
-            proc.wait(60)
     if needles and all("quality" in r for r in result["arms"].values()):
         s, r = (np.asarray(result["arms"][k]["quality"]["scores"]) for k in ("stock", "advised"))
         iv = paired_bootstrap(r * 100, s * 100)

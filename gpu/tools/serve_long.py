@@ -26,34 +26,18 @@ from tqdm import tqdm
 from rfmodel.atomic import write_json
 
 from ..core import models
-from .serve_load import ARMS, needle_prompts, serve, stream
+from .serve_load import ARMS, needle_prompts, record, serving, stream
 
 SHORT = "Write a long story about a lighthouse keeper, at least 600 words."
-
-
-def timed_stream(port: int, model: str, prompt: str, max_tokens: int) -> list[float]:
-    """Arrival times (perf_counter) of every streamed chunk of one chat completion."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
-    conn.request("POST", "/v1/chat/completions", json.dumps(
-        {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
-         "max_tokens": max_tokens, "min_tokens": max_tokens, "temperature": 0}),
-        {"Content-Type": "application/json"})
-    arrivals = []
-    for raw in conn.getresponse():
-        line = raw.decode().strip()
-        if line.startswith("data:") and line != "data: [DONE]":
-            arrivals.append(time.perf_counter())
-    conn.close()
-    return arrivals
 
 
 def interference(port: int, model: str, prompt: str, decode: int) -> dict:
     """Gaps of a decoding client while ``prompt`` prefills, and the long prompt's TTFT."""
     got: dict = {}
-    decoder = threading.Thread(target=lambda: got.update(
-        arrivals=timed_stream(port, model, SHORT, decode)))
+    decoder = threading.Thread(target=lambda: got.update(stream(
+        port, "/v1/chat/completions", {"model": model, "max_tokens": decode,
+                                       "min_tokens": decode, "temperature": 0,
+                                       "messages": [{"role": "user", "content": SHORT}]})))
     decoder.start()
     time.sleep(3.0)                                    # the decoder is streaming by now
     sent = time.perf_counter()
@@ -88,20 +72,14 @@ def main(argv: list[str] | None = None) -> int:
 
     name, folder = models.resolve(a.model)
     tok = AutoTokenizer.from_pretrained(folder)
-    out = a.out_dir / name
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "long.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
-    result.update({"command": "python -m gpu.tools.serve_long " + " ".join(argv or sys.argv[1:]),
-                   "model": name, "seed": a.seed, "date": time.strftime("%Y-%m-%d"),
-                   "processor": models.cpu_info()[0]})
+    path, result = record(a.out_dir, name, "long.json", "serve_long", argv, model=name,
+                          seed=a.seed, processor=models.cpu_info()[0])
     extra = tuple(x for x in a.serve_args if x != "--")
     for arm in ARMS:
         rec = result.setdefault("arms", {}).setdefault(arm, {})
         if "interference" in rec and all(str(n) in rec.get("ttft", {}) for n in a.lengths):
             continue
-        proc = serve(name, arm, a.port, out / f"long-{arm}.log", extra)
-        try:
+        with serving(name, arm, a.port, path.parent / f"long-{arm}.log", extra):
             stream(a.port, "/v1/completions", {"model": name, "max_tokens": 1, "prompt":
                    needle_prompts(tok, 1, 2048, a.seed + 999)[0][0]})          # warm-up
             for i, n in enumerate(tqdm(a.lengths, desc=f"{arm} long prompts")):
@@ -118,9 +96,6 @@ def main(argv: list[str] | None = None) -> int:
                 rec["interference"] = {"length": a.lengths[0], **interference(
                     a.port, name, prompt, a.decode)}
                 write_json(path, result)
-        finally:
-            proc.terminate()
-            proc.wait(120)
     print(json.dumps({arm: {"ttft": {n: r["seconds"] for n, r in rec.get("ttft", {}).items()},
                             **{k: v for k, v in rec.get("interference", {}).items()
                                if not k.startswith("gaps")}}

@@ -15,7 +15,6 @@ per minute.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ from rfmodel.atomic import write_json
 from ..core import models
 from ..eval import tasks
 from .serve_chat import conversations
-from .serve_load import ARMS, serve, stream
+from .serve_load import ARMS, record, serving, stream
 
 REPLY = "I have read the document. Ask me anything about it."
 
@@ -103,29 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     tok = AutoTokenizer.from_pretrained(folder)
     levels = {c: requests(tok, a.conversations, a.lengths, a.seed + 1000 * (k + 1))
               for k, c in enumerate(a.concurrency)}
-    out = a.out_dir / name
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "traffic.json"
-    result = json.loads(path.read_text()) if path.exists() else {}
-    result.update({"command": "python -m gpu.tools.serve_traffic " + " ".join(
-        argv or sys.argv[1:]), "model": name, "seed": a.seed, "date": time.strftime("%Y-%m-%d"),
-        "processor": models.cpu_info()[0]})
+    path, result = record(a.out_dir, name, "traffic.json", "serve_traffic", argv, model=name,
+                          seed=a.seed, processor=models.cpu_info()[0])
     for arm in ARMS:  # resumable per level
         rec = result.setdefault("arms", {}).setdefault(arm, {})
         todo = [c for c in a.concurrency if str(c) not in rec]
         if not todo:
             continue
-        proc = serve(name, arm, a.port, out / f"traffic-{arm}.log")
-        try:
+        with serving(name, arm, a.port, path.parent / f"traffic-{arm}.log"):
             warm = requests(tok, 1, (1024,), a.seed + 999)[0]
             stream(a.port, "/v1/chat/completions", {"model": name, "max_tokens": 1,
                                                     "messages": warm["messages"]})
             for c in tqdm(todo, desc=f"{arm} levels"):
                 rec[str(c)] = run_level(a.port, name, levels[c], c, a.max_tokens)
                 write_json(path, result)
-        finally:
-            proc.terminate()
-            proc.wait(120)
     for arm, rec in result["arms"].items():
         for c, lv in sorted(rec.items(), key=lambda kv: int(kv[0])):
             print(f"{arm} x{c}: new p50 {lv['new']['ttft_p50']:.2f} p95 "
