@@ -19,22 +19,22 @@ import torch
 
 from .core import models
 from .core import prompt as prompts
-from .core.advised import default_config
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
 from .conversation import Conversation
-from .maps.advice import advice_of, announce, read_advice
-from .maps.files import MapSet, cached_maps, load_maps
+from .maps.advice import choose_config
+from .maps.cached import cached_maps
+from .maps.files import MapSet, load_maps
 from .press import run_prefill
 
 
 def _cached(loaded: models.Loaded, config: PrefillConfig) -> dict:
-    """A built-in model's cached maps of each kind ``config`` reads at its split (fitted once
-    if missing, saying which in one line); a local model has none to find."""
+    """A built-in model's maps of each kind ``config`` reads at its split (shipped, cached, or
+    fitted once: gpu.maps.cached; said in one line); a local model has none to find."""
     if loaded.name not in models.BUILTINS or config.split is None:
         return {}
-    return {kind: cached_maps(loaded.name, loaded.path, config.split, kind,
-                              str(loaded.model.device)) for kind in config.map_kinds}
+    return {kind: cached_maps(loaded.name, config.split, kind, loaded=loaded)
+            for kind in config.map_kinds}
 
 
 @dataclass
@@ -63,9 +63,7 @@ class RidgeFill:
 
     def __init__(self, loaded: models.Loaded, maps: MapSet | None = None,
                  config: PrefillConfig | None = None, **settings):
-        config = _config(config, settings, loaded.name, advice_of(maps))
-        if maps is not None:
-            _refuse_unused_maps(loaded.name, config)
+        config = choose_config(loaded.name, maps, config, **settings)
         self.loaded, self.maps = loaded, maps
         self.engine = Engine(loaded.model, maps)
         self.config = self.engine.resolve(config)  # checked once, here, not at the first prompt
@@ -77,15 +75,13 @@ class RidgeFill:
         configuration advised for it when one was written beside it and ``config`` is not
         given: gpu.maps.advice)."""
         loaded = models.load(model, device=device, dtype=dtype)
-        config = _config(config, settings, loaded.name,
-                         read_advice(maps) if config is None else None)
+        config = choose_config(loaded.name, maps, config, **settings)
 
         def read(path):
             return load_maps(path, loaded.model, split=config.split, precision=config.precision,
                              resident=not config.stream_maps)
 
         if maps is not None:  # one file, of the kind it says (the keys' fill, or the probe's)
-            _refuse_unused_maps(loaded.name, config)
             return cls(loaded, read(maps), config)
         found = {kind: read(path) for kind, path in
                  (_cached(loaded, config) if config.needs_maps else {}).items()}
@@ -150,31 +146,3 @@ class RidgeFill:
         question. ``chat``: wrap the turns in the model's chat template (default: when the
         tokenizer has one)."""
         return Conversation(self, document, chat)
-
-
-def _refuse_unused_maps(model: str, config: PrefillConfig) -> None:
-    """Maps given to a configuration of exact prefill would be silently unused: the one-line
-    error that says what to pass instead (a built-in model whose advice is exact prefill gets
-    this configuration when no fill is asked for)."""
-    if config.fill == "exact":
-        raise ValueError(
-            f"maps were given, but the configuration of {model} is exact prefill (fill='exact'; "
-            f"for a built-in model, its advice when no fill kept the advisor's budget: "
-            f"gpu/core/advised.py), which reads no maps: pass fill='ridge' to fill from them "
-            f"(at their split, or give split=S), or leave them out for exact prefill "
-            f"(CLI: drop --maps)")
-
-
-def _config(config: PrefillConfig | None, settings: dict, model: str,
-            advice: dict | None = None) -> PrefillConfig:
-    """``config``, or the default configuration (the ``advice`` written beside the maps, else
-    gpu.core.advised's choice for a built-in model; the advice said in one line) with the
-    keyword settings applied (not both)."""
-    if config is not None and settings:
-        raise ValueError(f"pass either config=PrefillConfig(...) or its fields as keywords, not "
-                         f"both (got config and {sorted(settings)})")
-    if config is not None:
-        return config
-    if advice is not None:
-        announce(advice)
-    return default_config(model, advice, **settings)

@@ -20,22 +20,17 @@ from transformers import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .core import prompt as prompts
-from .core.advised import default_config
 from .core.cache import outside_inference
 from .core.config import PrefillConfig
 from .core.engine import Engine, Prefill
-from .maps.advice import advice_for, announce
+from .maps.advice import choose_config
 
 
 def maps_config(maps) -> PrefillConfig:
     """The configuration ``prefill`` and the presses run when given none: the advice for
     ``maps`` (a map set, or {kind: map set}): their own, or their built-in model's
     (gpu.maps.advice.advice_for; said in one line), else the library's defaults."""
-    advice = advice_for(maps)
-    if advice is None:
-        return PrefillConfig()
-    announce(advice)
-    return default_config("", advice)
+    return choose_config("", maps)
 
 
 def run_prefill(engine: Engine, ids: torch.Tensor, config: PrefillConfig, tokenizer=None,

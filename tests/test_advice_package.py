@@ -16,6 +16,7 @@ import pytest
 
 from gpu.core import advised
 from gpu.core.models import BUILTINS
+from gpu.maps.cached import SHIPPED, manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def test_the_advised_defaults_are_the_records():
 
 @pytest.mark.slow
 def test_a_built_wheel_carries_and_runs_every_builtin_advice(tmp_path):
-    """Build the wheel from a copy of the sources (no network: the venv's setuptools), check
+    """(And the shipped maps, gpu.maps.cached.) Build the wheel from a copy of the sources (no network: the venv's setuptools), check
     every built-in's advice is in it, then import gpu.core.advised from the wheel itself (a
     zip: only importlib.resources reads from it, and no results/ is near it)."""
     src = tmp_path / "src"
@@ -64,6 +65,9 @@ def test_a_built_wheel_carries_and_runs_every_builtin_advice(tmp_path):
             name = f"gpu/core/{advised.SHIPPED}/{model}.json"
             assert name in z.namelist(), f"{wheel.name} lacks {name}"
             assert z.read(name) == _record(model).read_bytes()
+        for name in [*manifest(), "MANIFEST.json"]:  # the advised maps ship beside the advice
+            member = f"gpu/maps/{SHIPPED}/{name}"
+            assert z.read(member) == (ROOT / member).read_bytes(), member
     probe = ("import json, gpu.core.advised as a; "
              "print(json.dumps({'file': a.__file__, 'advised': a.ADVISED}))")
     env = {**os.environ, "PYTHONPATH": str(wheel)}

@@ -150,21 +150,23 @@ def test_an_exact_advice_refuses_maps_by_name_and_the_demo_says_what_it_shows(mo
 
 def test_the_demo_fits_the_kind_of_maps_its_configuration_reads(monkeypatch, tmp_path, caplog,
                                                               capsys):
-    """An advised kv (or anchored) fill makes the demo fit maps of that kind, cached under a
-    name that says the kind (the ridge maps keep their old name); what it does is logged."""
-    import subprocess
-
+    """An advised kv (or anchored) fill makes the demo fit maps of that kind (in this process,
+    a call into gpu.maps.fit on the model already loaded), cached under a name that says the
+    kind (the ridge maps keep their old name); what it does is logged, nothing printed."""
     from gpu.core import models
-    from gpu.maps.files import cached_maps
+    from gpu.maps import cached
 
     calls = []
     caplog.set_level("INFO", logger="ridgefill")
     monkeypatch.setattr(models, "cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
+    monkeypatch.setattr(cached, "fit", lambda loaded, opts: calls.append((loaded, opts)))
     tiny = load_tiny("llama")
-    assert cached_maps(tiny.name, tiny.path, 2, "kv").name == f"{tiny.name}-s2-kv.safetensors"
-    assert cached_maps(tiny.name, tiny.path, 2).name == f"{tiny.name}-s2.safetensors"
-    assert [c[c.index("--kinds") + 1] for c in calls] == ["kv", "ridge"]
+    kv = cached.cached_maps(tiny.name, 2, "kv", loaded=tiny)
+    assert kv.name == f"{tiny.name}-s2-kv.safetensors"
+    assert cached.cached_maps(tiny.name, 2, loaded=tiny).name == f"{tiny.name}-s2.safetensors"
+    assert [(o.kinds, o.splits, o.out.name) for _, o in calls] == [
+        (("kv",), (2,), kv.name), (("ridge",), (2,), f"{tiny.name}-s2.safetensors")]
+    assert all(loaded is tiny for loaded, _ in calls)
     assert "maps: fitting kv maps for" in caplog.text and capsys.readouterr().out == ""
 
 
@@ -182,7 +184,7 @@ def test_the_demo_runs_a_built_in_whose_advice_is_a_confirmed_fill():
 def test_a_builtin_without_maps_runs_its_advice_from_the_cached_maps(monkeypatch, tmp_path,
                                                                        capsys):
     """RidgeFill.load of a built-in whose advice reads maps, given none: the cached maps of
-    the advised kind and split (gpu.maps.files.cached_maps finds or fits them), loaded and
+    the advised kind and split (gpu.maps.cached.cached_maps finds or fits them), loaded and
     checked; ``ridgefill generate`` names the configuration it runs."""
     import numpy as np
 
@@ -202,7 +204,7 @@ def test_a_builtin_without_maps_runs_its_advice_from_the_cached_maps(monkeypatch
     monkeypatch.setitem(advised.ADVISED, tiny.name, {"split": 2, "tail": 1, "fill": "kv",
                                                      "values_fill": "identity", "rows": "none"})
     monkeypatch.setattr(gpu.api, "cached_maps",
-                        lambda name, folder, split, kind, device: asked.append(
+                        lambda name, split, kind, loaded: asked.append(
                             (name, split, kind)) or path)
     monkeypatch.setattr(models, "resolve", lambda name: (tiny.name, tiny.path))
     rf = RidgeFill.load(tiny.name, device="cpu")

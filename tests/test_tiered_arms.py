@@ -90,9 +90,9 @@ def test_two_source_fills_and_the_arm_name():
     with pytest.raises(ValueError, match="whole percent"):
         fr.arm_name("kv", 12, 1, "attention", share=0.125)
     for bad in ("exact", "kv.kv", "kv.none", "magic"):
-        with pytest.raises(ValueError, match="tiered fill"):
+        with pytest.raises(ValueError, match="keys.values"):
             fr.Frontier(24, tiered=True, tiered_fills=(bad,))
-        with pytest.raises(ValueError, match="tiered fill"):
+        with pytest.raises(ValueError, match="keys.values"):
             FrontierOptions(tiered_fills=(bad,))
     assert FrontierOptions(tiered_fills=("kv.identity", "none")).tiered_fills
 

@@ -21,6 +21,7 @@ from torch.func import functional_call, vmap
 
 from .adapters import Adapter
 from .cache import read_by_someone
+from .fills import writes
 
 if TYPE_CHECKING:
     from .late import Late
@@ -90,7 +91,7 @@ def predictions(ctx: "Late", layers: tuple[int, ...], rows: torch.Tensor) -> tor
     for the identity fill and for layer S, one stacked product for the rest."""
     x = ctx.x_split[:, rows]
     mapped = tuple(l for l in layers if l != ctx.split)
-    if ctx.fill == "identity" or not mapped:
+    if writes(ctx.fill) == "x_split" or not mapped:
         return x.expand(len(layers), *x.shape)
     pred = (ctx.predict_many(mapped, x) if ctx.predict_many is not None
             else torch.stack([ctx.predict(l, x) for l in mapped]))

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-FILLS = ("ridge", "anchored", "kv", "identity", "none", "exact")
-MAP_FILLS = ("ridge", "anchored", "kv")  # fills read from a map file of that kind
-SOURCES = ("ridge", "anchored", "kv", "identity")  # where a filled row's values may come from
+from .fills import FILLS, MAP_KINDS, SOURCES, describe
+
 ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
 # chosen by measurement: top of gpu.tools.selector_study's stated ranking on both
 # built-in models, results/selectors/<model>/summary.md
@@ -40,9 +39,7 @@ class PrefillConfig:
     tail: int = field(default=512, metadata={
         "help": "exact tail length T in tokens (paper default 4096; 512 on the small models)"})
     fill: str = field(default="ridge", metadata={
-        "choices": FILLS, "help": "ridge: A_l x_S + b_l; anchored: the ridge map shrunk toward "
-                                  "the identity; kv: direct key/value maps; identity: POP's x_S; "
-                                  "none: no late entry; exact: the stock forward"})
+        "choices": FILLS, "help": describe()})
     values_fill: str | None = field(default=None, metadata={
         "choices": SOURCES, "help": "the fill the filled rows' values come from (keys from "
                                     "--fill; default: the same fill)"})
@@ -129,8 +126,8 @@ class PrefillConfig:
 
     @property
     def map_kinds(self) -> tuple[str, ...]:
-        """The map kinds this configuration reads (gpu.maps.files.KINDS), keys' fill first."""
-        return tuple(k for k in dict.fromkeys((self.fill, self.values_fill)) if k in MAP_FILLS)
+        """The map kinds this configuration reads (gpu.core.fills.MAP_KINDS), keys' fill first."""
+        return tuple(k for k in dict.fromkeys((self.fill, self.values_fill)) if k in MAP_KINDS)
 
     @property
     def needs_maps(self) -> bool:

@@ -28,6 +28,7 @@ from .adapters import Adapter, for_model
 from .cache import as_stock, layer_input, layer_inputs
 from .compiled import compiled as compiled_adapter
 from .config import PrefillConfig, kind_of
+from .fills import SOURCES
 from .extras import NONE, Extras
 from .plan import Plan
 
@@ -98,7 +99,7 @@ class Engine:
     has the same tokens and split (an evaluation runs many arms on one prompt). The lower
     layers never see the plan, so the reuse is bitwise the same as running them again; off by
     default (it holds every lower layer's input until the next prompt).
-    ``maps``: one map set, or {kind: map set} of one split (gpu.maps.files.KINDS) for the
+    ``maps``: one map set, or {kind: map set} of one split (gpu.core.fills.MAP_KINDS) for the
     fills beyond the paper and for keys and values from different fills.
     """
 
@@ -292,7 +293,7 @@ class Engine:
         adapter = compiled_adapter(self.adapter) if cfg.compile else self.adapter
         main = sources.get(fill)  # None: identity (x_S itself) or no fill
         ctx = late.Late(adapter, late.predict_of(main), plan.split, x_split, computed, filled, cache,
-                        fill if fill in late.SOURCES else None,
+                        fill if fill in SOURCES else None,
                         tail_start=plan.n_prefix, rescale=cfg.rescale,
                         rescale_rows=cfg.rescale_rows, splice=extras.splice,
                         exact_cache=extras.exact_cache, skip_unread=cfg.skip_unread,

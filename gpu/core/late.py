@@ -22,14 +22,11 @@ from .adapters import Adapter
 from .attention import attention_probs, masked_attention
 from .cache import exact_entries, read_by_someone
 from .config import batched_by_default
+from .fills import INPUT_FILLS, SOURCES, writes
 
 Predict = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, x_S rows) -> predicted input
 # (layers, x_S rows) -> predicted inputs of those layers stacked (one product: the batched fill)
 PredictMany = Callable[[tuple[int, ...], torch.Tensor], torch.Tensor]
-# fills whose filled rows write an entry: a predicted input (ridge, anchored), the key and value
-# projections themselves (kv: the direct cache-entry maps) or x_S (identity, POP's fill)
-SOURCES = ("ridge", "anchored", "kv", "identity")
-INPUT_FILLS = ("ridge", "anchored", "identity")  # what the batched fill and GDN layers take
 # A direct cache-entry map (kv) writes keys and values with no norm after it, so a row whose
 # x_S is far outside the calibration rows' scale (an attention sink; measured in
 # docs/results-quality.md) gets entries far too large that every later query reads; such rows
@@ -100,7 +97,7 @@ class Late:
     def prediction(self, layer: int, rows: torch.Tensor) -> torch.Tensor:
         """Predicted input of ``layer`` for x_S rows ``rows`` (layer S's own input is x_S)."""
         x = self.x_split[:, rows]
-        if self.fill == "identity" or layer == self.split:
+        if writes(self.fill) == "x_split" or layer == self.split:
             return x
         return self.predict(layer, x)
 
@@ -144,12 +141,12 @@ def source_entries(ctx: Late, source: str, layer: int, rows: torch.Tensor, norm,
     input (ridge, anchored) or of x_S (identity; and layer S itself, whose input is x_S), or
     the direct map's projections with only the key norm and RoPE left (kv)."""
     x = ctx.x_split[:, rows]
-    if source == "identity" or layer == ctx.split:
+    if writes(source) == "x_split" or layer == ctx.split:
         return ctx.adapter.keys_values(layer, norm(x), cos, sin)
     predict = ctx.sources.get(source, ctx.predict if source == ctx.fill else None)
     if predict is None:
         raise ValueError(f"fill {source!r} needs maps of kind {source!r} for this walk")
-    if source == "kv":
+    if writes(source) == "entries":
         return ctx.adapter.project_entries(layer, predict(layer, x), cos, sin)
     return ctx.adapter.keys_values(layer, norm(predict(layer, x)), cos, sin)
 

@@ -47,6 +47,7 @@ from rfmodel.atomic import write_json
 from ..core import models
 from ..core import presets
 from ..core.config import DEFAULT_ROWS, RESCALES, PrefillConfig, pop_split
+from ..core.fills import MAP_KINDS
 from . import harness as ev
 from .frontier_report import summarize, write as write_summary
 from .grid import EvalConfig, arm_name, depth, preset_for
@@ -55,7 +56,8 @@ from . import ruler
 from .options import TAILS, TASKS, FrontierOptions
 from .report import MARGIN_POP
 from .shard import Shard
-from .tiered import TIERED_FILLS, TieredArms, tiered_fill
+from ..core.fills import pair
+from .tiered import TIERED_FILLS, TieredArms
 from .timing import time_arms
 from .units import CorpusTexts, needle_units, sig
 
@@ -74,7 +76,7 @@ CUTS = {"gemma3-270m": ("identity@*/t512", "identity+*", "ridge+*/t1", "ridge+*/
                                "*.*-values@*", "anchored@14/*", "kv@14/*")}
 
 
-# fills beyond the paper (gpu.maps.files.KINDS) at 1/2, 5/8 and POP's split, one-token tail, no
+# fills beyond the paper (gpu.core.fills.MAP_KINDS) at 1/2, 5/8 and POP's split, one-token tail, no
 # rows; and keys from one fill with values from another ((keys, values): the splices showed
 # keys carry smollm2's retrieval error, values most of gemma3's key-token loss)
 BEYOND_FILLS = ("anchored", "kv")
@@ -104,7 +106,7 @@ class Frontier(TieredArms):
 
     def __post_init__(self):
         for f in self.tiered_fills:
-            tiered_fill(f)
+            pair(f)
 
     @property
     def pop(self) -> int:
@@ -133,9 +135,9 @@ class Frontier(TieredArms):
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """The map kinds the grid's arms read (gpu.maps.files.KINDS)."""
+        """The map kinds the grid's arms read (gpu.core.fills.MAP_KINDS)."""
         used = {k for a in self.arms() if a.fill != "exact" for k in a.config.map_kinds}
-        return tuple(k for k in ("ridge", "anchored", "kv") if k in used)
+        return tuple(k for k in MAP_KINDS if k in used)
 
     @property
     def mid_tail(self) -> int:

@@ -33,6 +33,7 @@ from ..core.engine import Engine, Feeder, Prefill
 from ..core.extras import Extras
 from ..core.late import SINK_RATIO
 from ..core.config import PrefillConfig
+from ..core.fills import cost_arm
 from ..core.plan import row_counts
 from ..core.prompt import Prompt
 from .decode_check import CheckedFeeder, decode
@@ -41,18 +42,6 @@ try:  # the cost-model view of a HF config (optional: only the MAC shares need i
     from ..core.archspec import arch_of
 except ImportError:  # pragma: no cover
     arch_of = None
-
-_COST_ARM = {"ridge": "ridgefill", "anchored": "ridgefill", "kv": "kv", "identity": "identity",
-             "none": "nofill", "exact": "exact"}
-
-
-def cost_arm(fill: str, values_fill: str | None = None) -> str:
-    """rfmath.cost's arm of a fill (keys and values from two fills: an input map's price when
-    either reads one, else the projections' price, which kv and identity share)."""
-    if values_fill is None or values_fill == fill:
-        return _COST_ARM[fill]
-    return "ridgefill" if {fill, values_fill} & {"ridge", "anchored"} else "identity"
-
 
 @dataclass(frozen=True)
 class Arm:
@@ -186,7 +175,7 @@ class Session:
         if rows == "probe" and p.n_prefix >= 2:
             window = dict(arm.options).get("probe_window", select.ProbeRows.probe_window)
             c += probe_sweep_macs(self.arch, p.n_prefix, p.split, min(window, n - p.n_prefix),
-                                  _COST_ARM[arm.fill if arm.fill != "none" else "ridge"])
+                                  cost_arm(arm.fill if arm.fill != "none" else "ridge"))
         if rows == "attention" and p.n_prefix >= 2:  # the selection's own scores
             c += ranking_macs(self.arch, n, p.split,
                               dict(arm.options).get("window", select.AttentionRows.window))

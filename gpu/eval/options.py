@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.config import FILLS, SOURCES, option
+from ..core.config import option
+from ..core.fills import pair
 from ..core.models import SMALL
 
 TAILS = (1, 512, 1024)
@@ -14,6 +15,7 @@ TASKS = ("niah_single_1", "niah_multikey_1")
 # summed over the late layers' heads; 0.5 repaired the needle on a smollm2 smoke sample, 2 not
 CHECKS = (0.5,)
 INSTRUMENTS = ("needle", "loss")
+TIERED_FILLS = ("kv", "ridge", "none")  # issue 57's grid: the first look's fill, ridge, dropped
 SUITES = ("needles", "ruler")  # the project's filled-region needles; RULER via lm-eval
 
 
@@ -80,7 +82,7 @@ class FrontierOptions:
                                  "other rows filled or dropped (none), one-token tail; named "
                                  "e.g. kv+attn20c@12/t1; --cut leaves them alone, --keep "
                                  "narrows them")
-    tiered_fills: tuple[str, ...] = option(("kv", "ridge", "none"), "the tiered arms' fills: "
+    tiered_fills: tuple[str, ...] = option(TIERED_FILLS, "the tiered arms' fills: "
                                            "kv, ridge, anchored, identity, none, or keys.values "
                                            "from two fills (e.g. kv.identity, the 0.5B's advised "
                                            "kind)")
@@ -92,10 +94,4 @@ class FrontierOptions:
         if not self.instruments or set(self.instruments) - set(INSTRUMENTS):
             raise ValueError(f"instruments {self.instruments}: choose from 'needle' and 'loss'")
         for f in self.tiered_fills:
-            keys, _, values = f.partition(".")
-            ok = (keys in SOURCES and values in SOURCES and keys != values if values
-                  else keys in FILLS and keys != "exact")
-            if not ok:
-                raise ValueError(f"tiered fill {f!r}: choose from "
-                                 f"{', '.join(x for x in FILLS if x != 'exact')}, or keys.values "
-                                 f"from two of {', '.join(SOURCES)} (e.g. kv.identity)")
+            pair(f)

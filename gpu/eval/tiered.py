@@ -15,30 +15,17 @@ against exact at :data:`MARGIN_TIERED_EXACT` (prediction 3). :class:`TieredArms`
 gpu.eval.frontier.Frontier's part that makes these arms and pairs."""
 from __future__ import annotations
 
-from ..core.config import FILLS, SOURCES, PrefillConfig
+from ..core.config import PrefillConfig
+from ..core.fills import pair
 from .grid import SHARE_ROWS, arm_name, depth
 from .instruments import Arm
+from .options import TIERED_FILLS
 from .report import MARGIN_POP
 
 TIERED_FRACTIONS = (1 / 3, 1 / 2, 7 / 12)  # of depth; POP's split joins them
 TIERED_SHARES = (0.10, 0.20, 0.30)
-TIERED_FILLS = ("kv", "ridge", "none")
 TIERED_ROWS = SHARE_ROWS
 MARGIN_TIERED_EXACT = 5.0  # points: issue 57's moonshot, "within 5 RULER points of exact"
-
-
-def tiered_fill(fill: str) -> tuple[str, str | None]:
-    """(keys' fill, values' fill or None) of a tiered fill: ``kv``, ``ridge``, ``none``, ...,
-    or ``keys.values`` from two fills (gpu.core.config.SOURCES)."""
-    keys, _, values = fill.partition(".")
-    if values:
-        if keys not in SOURCES or values not in SOURCES or keys == values:
-            raise ValueError(f"tiered fill {fill!r}: keys.values from two of {', '.join(SOURCES)}")
-        return keys, values
-    if keys not in FILLS or keys == "exact":
-        raise ValueError(f"tiered fill {fill!r}: choose from "
-                         f"{', '.join(f for f in FILLS if f != 'exact')}, or keys.values")
-    return keys, None
 
 
 class TieredArms:
@@ -64,7 +51,7 @@ class TieredArms:
         t1, out = min(self.tails), []
         for s in self.tiered_splits:
             for fill in self.tiered_fills:
-                keys, values = tiered_fill(fill)
+                keys, values = pair(fill)
                 for k in TIERED_SHARES:
                     for c in (False, True):
                         cfg = PrefillConfig(fill=keys, values_fill=values, split=s, tail=t1,

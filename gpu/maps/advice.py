@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rfmodel.atomic import atomic_path, write_json
 
-from ..core.advised import ADVISED, advice_source
+from ..core.advised import ADVISED, advice_source, default_config
 from ..core.config import PrefillConfig
 
 SUFFIX = ".advice.json"
@@ -49,7 +49,7 @@ def advice_for(maps) -> dict | None:
     if advice is not None or maps is None:
         return advice
     sets = list(maps.values()) if isinstance(maps, dict) else [maps]
-    model = sets[0].meta.get("model")
+    model = getattr(sets[0], "meta", {}).get("model")
     settings = ADVISED.get(model)
     if not settings or settings.get("fill") == "exact":
         return None
@@ -63,6 +63,33 @@ def announce(advice: dict) -> None:
     """The one line an entry point logs (info) when it runs a map file's advice."""
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in advice["config"].items())
     log.info("config: %s (advised for these maps: %s)", flags, advice["source"])
+
+
+def choose_config(model: str = "", maps=None, config: PrefillConfig | None = None,
+                  **settings) -> PrefillConfig:
+    """The configuration a prefill runs, for every entry point (``RidgeFill``, ``ridgefill
+    generate`` / ``serve``, ``prefill``, both presses): ``config`` as given; else the advice
+    ``maps`` carry (a path: the advice file beside it; loaded map sets: theirs, or their
+    built-in model's when they are maps of its advised split and kinds), else built-in
+    ``model``'s advice (gpu.core.advised), else the library's defaults, with ``settings`` on
+    top. Advice that applies is said in one line (logged). Maps given to a configuration of
+    exact prefill would be silently unused: that is one error saying what to pass instead."""
+    if config is not None and settings:
+        raise ValueError(f"pass either config=PrefillConfig(...) or its fields as keywords, not "
+                         f"both (got config and {sorted(settings)})")
+    if config is None:
+        advice = read_advice(maps) if isinstance(maps, (str, Path)) else advice_for(maps)
+        if advice is not None:
+            announce(advice)
+        config = default_config(model, advice, **settings)
+    if maps is not None and config.fill == "exact":
+        raise ValueError(
+            f"maps were given, but the configuration{f' of {model}' if model else ''} is exact "
+            "prefill (fill='exact'; for a built-in model, its advice when no fill kept the "
+            "advisor's budget: gpu/core/advised.py), which reads no maps: pass fill='ridge' to "
+            "fill from them (at their split, or give split=S), or leave them out for exact "
+            "prefill (CLI: drop --maps)")
+    return config
 
 
 def write_advice(maps: Path, source: Path, recommendation: dict, evidence: dict) -> Path:

@@ -1,5 +1,5 @@
 """Choosing lambda on held-out text (paper section 2.2): the cosine between the cache entries
-written from the predicted and from the true layer input, per map kind (gpu.maps.files.KINDS),
+written from the predicted and from the true layer input, per map kind (gpu.core.fills.MAP_KINDS),
 and the attention-weighted key cosine beside it (what a far query reads)."""
 from __future__ import annotations
 

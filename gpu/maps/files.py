@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,42 +18,12 @@ from rfmodel.atomic import atomic_path
 from rfmodel.maps import quantize_int8
 
 from ..version import __version__
-from ..core import models
+from ..core.fills import MAP_KINDS
 from ..core.models import fingerprint as model_fingerprint
 from .advice import read_advice
 
 FORMAT = "ridgefill-maps/1"
 GROUP = 128
-# what a file's maps predict from x_S (its metadata's "kind"; a file without one is "ridge"):
-# ridge / anchored: each late layer's input (paper 2.2; anchored shrinks toward the identity),
-# kv: each attention layer's key and value projections stacked (the direct cache-entry map)
-KINDS = ("ridge", "anchored", "kv")
-log = logging.getLogger("ridgefill")
-
-
-def cached_path(model: str, split: int, kind: str = "ridge") -> Path:
-    """Where the demo and the bench keep a built-in model's fitted maps of ``kind`` for
-    ``split`` (ridge maps keep the name they had before kinds existed)."""
-    stem = f"{model}-s{split}" + ("" if kind == "ridge" else f"-{kind}")
-    return models.cache_dir() / "maps" / f"{stem}.safetensors"
-
-
-def cached_maps(name: str, folder: str | Path, split: int, kind: str = "ridge",
-                device: str = "cpu", max_tokens: int = 24_000) -> Path:
-    """A built-in model's cached maps of ``kind`` for ``split`` (:func:`cached_path`), fitted
-    once on the built-in calibration text if missing (``ridgefill fit`` with its progress bar,
-    in a child process: the capture's thread pools and memory would otherwise stay behind in
-    the process that then times or serves the model). Which of the two, it logs (info)."""
-    path = cached_path(name, split, kind)
-    if path.exists():
-        log.info("maps: %s (cached)", path)
-        return path
-    log.info("maps: fitting %s maps for %s at split %s on the built-in calibration text (%s "
-             "tokens; once, cached in %s)", kind, name, split, max_tokens, path)
-    subprocess.run([sys.executable, "-m", "gpu", "fit", "--model", str(folder), "--device",
-                    device, "--splits", str(split), "--max-tokens", str(max_tokens), "--kinds",
-                    kind, "--out", str(path)], check=True)
-    return path
 
 
 def save_maps(path: str | Path, maps: dict[int, tuple[np.ndarray, np.ndarray]], meta: dict,
@@ -139,7 +106,7 @@ class MapSet:
 
     @property
     def kind(self) -> str:
-        """What the maps predict (:data:`KINDS`); files written before kinds are "ridge"."""
+        """What the maps predict (gpu.core.fills.MAP_KINDS); files written before kinds are "ridge"."""
         return self.meta.get("kind", "ridge")
 
     def _weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,9 +185,9 @@ def load_maps(path: str | Path, model: torch.nn.Module | None = None, *,
     meta = json.loads(raw)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{path} has format {meta.get('format')!r}, expected {FORMAT}; {fix}")
-    if meta.get("kind", "ridge") not in KINDS:
+    if meta.get("kind", "ridge") not in MAP_KINDS:
         raise ValueError(f"{path} holds maps of kind {meta.get('kind')!r}, which this version "
-                         f"does not know ({', '.join(KINDS)}); upgrade ridgefill or {fix}")
+                         f"does not know ({', '.join(MAP_KINDS)}); upgrade ridgefill or {fix}")
     if meta.get("sha256") not in (None, _digest(tensors)):
         raise ValueError(f"map file {path} is corrupted (its tensors do not match the checksum "
                          f"written with them); {fix}")

@@ -31,7 +31,8 @@ from rfmodel.ridge import RidgeMoments
 from ..data import corpus
 from ..core.engine import Engine
 from .choose import choose, heldout_scores
-from .files import KINDS, save_maps
+from ..core.fills import MAP_KINDS
+from .files import save_maps
 from .fit_options import FitOptions
 from ..core.models import Loaded
 
@@ -45,11 +46,11 @@ def check_options(opts: FitOptions, n_layers: int) -> None:
                              "model; pick a layer between the first and the last")
     if not opts.splits:
         raise ValueError("give at least one split with --splits")
-    bad_kinds = [k for k in opts.kinds if k not in KINDS] or (
+    bad_kinds = [k for k in opts.kinds if k not in MAP_KINDS] or (
         [] if opts.kinds else ["(none)"])
     if bad_kinds or len(set(opts.kinds)) != len(opts.kinds):
         raise ValueError(f"--kinds {' '.join(opts.kinds)}: give distinct kinds from "
-                         f"{', '.join(KINDS)} (default: ridge)")
+                         f"{', '.join(MAP_KINDS)} (default: ridge)")
     bad = [lam for lam in opts.lambdas if not (lam > 0 and math.isfinite(lam))]
     if bad:
         raise ValueError(f"lambda must be > 0 (got {bad}); the default grid is 1e-4 .. 1")

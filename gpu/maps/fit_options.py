@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import option
-from .files import KINDS
+from ..core.fills import MAP_KINDS
 
 DEFAULT_LAMBDAS = tuple(float(x) for x in np.logspace(-4, 0, 9))
-# map kinds (gpu.maps.files.KINDS): the paper's ridge map of each late layer's input (one
+# map kinds (gpu.core.fills.MAP_KINDS): the paper's ridge map of each late layer's input (one
 # lambda per split), the anchored map shrunk toward the identity and the direct cache-entry
 # map (one lambda per layer each, from the same capture)
 
@@ -41,5 +41,5 @@ class FitOptions:
     kinds: tuple[str, ...] = option(("ridge",), "map kinds from the one capture: ridge (the "
                                     "paper's), anchored (shrunk toward the identity), kv "
                                     "(direct key/value maps); several: every kind but ridge "
-                                    "adds -KIND to the file name", choices=KINDS)
+                                    "adds -KIND to the file name", choices=MAP_KINDS)
     log: list[str] = field(default_factory=list)  # what the fit did (no flag)

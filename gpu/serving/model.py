@@ -38,6 +38,7 @@ from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 
 from ..core.config import kind_of
+from ..core.fills import writes
 from ..core.late import sink_rows
 from ..maps.files import load_maps
 from . import rows as step_rows
@@ -67,7 +68,7 @@ class Filler:
     def __init__(self, model: nn.Module, config, maps: dict):
         self.config, self.layers, self.split = config, model.layers, config.split
         late = range(self.split + 1, len(self.layers))
-        self.maps = {k: {l: Projection(*(self._shard(l, *m.matrix(l)) if k == "kv"
+        self.maps = {k: {l: Projection(*(self._shard(l, *m.matrix(l)) if writes(k) == "entries"
                                          else m.matrix(l))) for l in late}
                      for k, m in maps.items()}
         self.kv = {}  # layer -> the K/V rows of its qkv_proj, taken before vLLM packs them
@@ -109,10 +110,10 @@ class Filler:
     def _source(self, source: str, layer: int, x: torch.Tensor, positions: torch.Tensor,
                 keys: bool):
         attn = self.layers[layer].self_attn
-        if source == "kv" and layer > self.split:
-            kv = self.maps["kv"][layer](x)
+        if writes(source) == "entries" and layer > self.split:
+            kv = self.maps[source][layer](x)
         else:
-            u = x if source == "identity" or layer == self.split else self.maps[source][layer](x)
+            u = x if writes(source) == "x_split" or layer == self.split else self.maps[source][layer](x)
             kv = self.kv[layer](self.layers[layer].input_layernorm(u))
         k, v = kv.split([attn.kv_size, attn.kv_size], dim=-1)
         if keys:
@@ -179,7 +180,7 @@ class RidgeFillMixin:
             h, residual, x = self.lower_pass(input_ids, positions, inputs_embeds)
         qsl, sl = step.query_start_loc.numpy(), step.seq_lens.numpy()
         filled = np.concatenate(prefix)
-        if "kv" in (fill.config.fill, fill.config.values_fill):
+        if "entries" in {writes(k) for k in (fill.config.fill, fill.config.values_fill) if k}:
             filled = np.concatenate([np.setdiff1d(p, p[0] + sink_rows(x[None, p[0]:p[-1] + 1],
                                                                       np.arange(p.size)))
                                      for p in prefix if p.size])

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from ..core import models
-from ..core.advised import default_config
-from ..maps.advice import announce, read_advice
-from ..maps.files import cached_maps, load_maps
+from ..maps.advice import choose_config
+from ..maps.cached import cached_maps
+from ..maps.files import load_maps
 from .settings import all_cores, check, default_dtype, model_type, overrides, ranks_of
 
 # the KV cache's size when the caller gives neither --kv-cache-memory-bytes nor
@@ -35,10 +35,7 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
     fast one (gpu.serving.settings.default_dtype)."""
     name, folder = models.resolve(model)
     dtype = dtype or default_dtype()
-    advice = read_advice(maps)
-    if advice is not None:
-        announce(advice)
-    config = default_config(name, advice, **{"rows": "none", **settings})  # no selectors here
+    config = choose_config(name, maps, **{"rows": "none", **settings})  # no selectors here
     check(config)
     served = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
               "--served-model-name", name, "--dtype", dtype, "--port", str(port), "--host", host]
@@ -69,7 +66,7 @@ def served_maps(name: str, folder: Path, config, maps):
             raise ValueError(f"fill={config.fill!r} needs maps: give --maps FILE (fit them "
                              f"with `ridgefill fit --model {name}`)")
         (kind,) = config.map_kinds
-        maps = cached_maps(name, folder, config.split, kind)
+        maps = cached_maps(name, config.split, kind)
     import torch
     loaded = models.load(str(folder) if name not in models.BUILTINS else name, device="cpu",
                          dtype=torch.bfloat16)

@@ -36,7 +36,8 @@ from ..data import corpus
 from ..core import models, presets
 from ..core.models import default_device
 from ..core.archspec import arch_of
-from ..maps.files import MapSet, cached_path, load_maps
+from ..maps.cached import cached_path, shipped_path
+from ..maps.files import MapSet, load_maps
 from ..core.config import PrefillConfig, paper_split
 from .bench_records import cpu, measurement_key, merged, prior_records, record_key
 from .bench_options import BenchOptions
@@ -45,7 +46,7 @@ from ..core.advised import ADVISABLE, ADVISED, default_config
 from ..core.engine import Engine
 from ..core.prompt import from_ids
 from ..eval.frontier import arm_name
-from ..eval.instruments import cost_arm
+from ..core.fills import cost_arm
 
 SETTINGS = {  # model -> (split, tail, default lengths) of the study speed configuration
     "smollm2-135m": (15, 1024, (2048, 4096, 8192)),
@@ -61,11 +62,11 @@ WARMUP_TOKENS = 8192               # the warm-up prompt's length cap (also one l
 
 def fitted_or_shaped_maps(loaded: models.Loaded, split: int, kind: str = "ridge"
                           ) -> tuple[MapSet, str]:
-    """The cached fitted maps of ``kind`` for (model, split) if any, else random maps of the
+    """The shipped or cached fitted maps of ``kind`` for (model, split) if any, else random maps of the
     same shape: timing does not depend on the maps' values (said so in the output). A kv map
     predicts each layer's key and value projections (2 n_kv d_head columns), the others its
     input (d)."""
-    path = cached_path(loaded.name, split, kind)
+    path = shipped_path(loaded.name, split, kind) or cached_path(loaded.name, split, kind)
     kw = dict(dtype=loaded.model.dtype, device=loaded.model.device)
     if path.exists() and loaded.tokenizer is not None:
         return load_maps(path, loaded.model, split=split), str(path)

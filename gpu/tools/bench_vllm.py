@@ -31,8 +31,8 @@ from ..core import models, presets
 from ..core.advised import default_config
 from ..core.archspec import arch_of
 from ..core.config import PrefillConfig
-from ..eval.instruments import cost_arm
-from ..maps.files import cached_maps
+from ..core.fills import cost_arm
+from ..maps.cached import cached_maps
 from ..serving.settings import all_cores, default_dtype, overrides
 from .bench_options import VLLM_ARMS, BenchOptions
 from .bench_records import cpu, merged, prior_records
@@ -69,7 +69,7 @@ def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -
     for arm, cfg in cfgs.items():
         if arm not in arms:
             continue
-        maps = (cached_maps(name, folder, cfg.split, cfg.map_kinds[0])
+        maps = (cached_maps(name, cfg.split, cfg.map_kinds[0])
                 if cfg.needs_maps else None)
         out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **common)
     return out

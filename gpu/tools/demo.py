@@ -18,12 +18,13 @@ from rfmodel.atomic import atomic_path, write_json
 from ..data import corpus
 from ..core import models, presets
 from ..eval import tasks
-from ..eval.instruments import cost_arm
+from ..core.fills import cost_arm
 from ..api import RidgeFill
 from ..core.advised import DEMO_MODEL, default_config, default_split
 from ..core.config import PrefillConfig
 from ..core.archspec import arch_of
-from ..maps.files import cached_maps, load_maps
+from ..maps.cached import cached_maps
+from ..maps.files import load_maps
 
 LENGTH = 2048
 REQUESTS = 5        # timed requests per arm, alternating, after one untimed warm-up each
@@ -84,8 +85,8 @@ def run(model: str = DEMO_MODEL, device: str | None = None,
     out = Path(out_dir)
     loaded = models.load(model, device=device)
     split, cfg, note = showcase(loaded)
-    maps = ({k: load_maps(cached_maps(loaded.name, loaded.path, split, k,
-                                       str(loaded.model.device)), loaded.model, split=split)
+    maps = ({k: load_maps(cached_maps(loaded.name, split, k, loaded=loaded), loaded.model,
+                          split=split)
              for k in cfg.map_kinds} if cfg.needs_maps else None)
     exact = RidgeFill(loaded, None, PrefillConfig(fill="exact"))
     rf = RidgeFill(loaded, maps, cfg)

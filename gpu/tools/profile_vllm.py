@@ -95,7 +95,7 @@ def run(name: str, n: int, dtype: str, out: Path) -> dict:
 
     from ..core import models
     from ..core.archspec import arch_of
-    from ..maps.files import cached_maps
+    from ..maps.cached import cached_maps
     from .bench import prompt_ids
     from .bench_vllm import KV_CACHE_BYTES, configs
 
@@ -103,7 +103,7 @@ def run(name: str, n: int, dtype: str, out: Path) -> dict:
     tok = AutoTokenizer.from_pretrained(folder)
     arch = arch_of(AutoConfig.from_pretrained(folder))
     cfg = configs(name, arch.n_layers)["advised"]
-    maps = cached_maps(name, folder, cfg.split, cfg.map_kinds[0]) if cfg.needs_maps else None
+    maps = cached_maps(name, cfg.split, cfg.map_kinds[0]) if cfg.needs_maps else None
     ids = prompt_ids(models.Loaded(None, tok, name, folder), n)[0].tolist()
     one_pass = dict(dtype=dtype, max_model_len=n + 64, kv_cache_memory_bytes=KV_CACHE_BYTES,
                     seed=0, max_num_batched_tokens=n + 64, enable_prefix_caching=False,
