@@ -15,7 +15,7 @@ from .version import __version__
 from .core.advised import ADVISABLE, DEMO_MODEL
 from .maps.fit_options import FitOptions
 from .core.config import PrefillConfig
-from .core.models import BUILTINS
+from .core.models import BUILTINS, DTYPES
 from .eval.options import FrontierOptions, MiniOptions, StudyOptions
 from .tools.advise_options import AdviseOptions
 from .tools.bench_options import BenchOptions
@@ -23,20 +23,22 @@ from .data.corpus import FetchError
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2-135m",
-                   help=f"built-in name ({', '.join(BUILTINS)}) or a local HF model folder")
+    _model_arg(p)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
-    p.add_argument("--dtype", choices=tuple(_DTYPES), default=None,
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=None,
                    help="weights' precision (default: fp32 on the CPU, bf16 on CUDA)")
 
 
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+def _model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEMO_MODEL,
+                   help=f"built-in name ({', '.join(BUILTINS)}) or a local HF model folder "
+                        f"(default {DEMO_MODEL}, the demo's)")
 
 
 def _dtype(name: str | None):
     import torch
 
-    return None if name is None else getattr(torch, _DTYPES[name])
+    return None if name is None else getattr(torch, DTYPES[name])
 
 
 def flag(name: str) -> str:
@@ -137,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fit", help="fit ridge maps for one or more splits (paper 2.2)")
     _model_args(f)
     options_args(f, FitOptions)
+    f.set_defaults(func=_cmd_fit)
 
     g = sub.add_parser("generate", help="RidgeFill prefill, then ordinary decoding")
     _model_args(g)
@@ -150,32 +153,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text the answer starts with (base models, as RULER prefills it)")
     g.add_argument("--max-new-tokens", type=int, default=32)
     g.add_argument("--json", action="store_true", help="print a JSON record")
+    g.set_defaults(func=_cmd_generate)
 
     s = sub.add_parser("serve", help="vLLM's OpenAI-compatible server with a RidgeFill prefill "
                                      "(the vllm extra; docs/serving.md)")
-    s.add_argument("--model", default=DEMO_MODEL,
-                   help=f"built-in name ({', '.join(BUILTINS)}) or a local HF model folder")
+    _model_arg(s)
     _prefill_args(s)
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
-                   help="vLLM's weights and activations (default: bfloat16 on a CPU with "
-                        "avx512_bf16 or amx_bf16, vLLM's fast path there; else float32)")
+    s.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                   help="vLLM's weights and activations (default: bf16 on a CPU with "
+                        "avx512_bf16 or amx_bf16, vLLM's fast path there; else fp32)")
     s.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt plus answer (default: the model's own context length; "
                         "long prompts are prefilled in chunks, as stock vLLM does)")
     s.add_argument("vllm_args", nargs=argparse.REMAINDER,
                    help="after --: flags passed to `vllm serve` unchanged")
+    s.set_defaults(func=_cmd_serve)
 
     d = sub.add_parser("demo", help="fit maps on first run, answer a needle prompt both ways")
     _model_args(d)
-    d.set_defaults(model=DEMO_MODEL)
     d.add_argument("--out-dir", type=Path, default=Path("out/demo"))
+    d.set_defaults(func=_cmd_demo)
 
     b = sub.add_parser("bench", help="time to first token: exact vs RidgeFill, alternating")
     options_args(b, BenchOptions)
+    b.set_defaults(func=_cmd_bench)
 
     e = sub.add_parser("eval", help="evaluation: needles, long-document loss, agreement")
+    e.set_defaults(func=_cmd_eval)
     studies = e.add_subparsers(dest="what", metavar="{study,mini,frontier}")
     for what, cls, text in (("study", StudyOptions, "the paper's study on each model's preset"),
                             ("mini", MiniOptions, "every instrument once on a tiny model"),
@@ -190,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     options_args(v, AdviseOptions)
     v.add_argument("--threads", type=int, help="torch CPU threads")
     v.add_argument("--quiet", action="store_true", help="no progress bars")
+    v.set_defaults(func=_cmd_advise)
     return parser
 
 
@@ -247,6 +254,33 @@ def _cmd_fit(a) -> int:
             print(f"split {split} ({kind}): lambda {lam}, held-out cache-write cosine keys "
                   f"{k:.3f} values {v:.3f}, {meta['calibration']['rows']} rows -> {path}")
     return 0
+
+
+def _cmd_serve(a) -> int:
+    from .serving.serve import become_vllm, command
+
+    extra = tuple(x for x in a.vllm_args if x != "--")
+    dtype = DTYPES[a.dtype] if a.dtype else None
+    argv, summary = command(a.model, a.maps, a.port, a.host, dtype, a.max_model_len, extra,
+                            **settings_from_args(a))
+    print(f"ridgefill serve: {summary}; http://{a.host}:{a.port}/v1", flush=True)
+    become_vllm(argv, extra)
+    return 0
+
+
+def _cmd_demo(a) -> int:
+    from .tools.demo import run
+
+    return run(a.model, a.device, a.out_dir)
+
+
+def _cmd_bench(a) -> int:
+    opts = options_from_args(a, BenchOptions)
+    if opts.engine == "vllm":
+        from .tools.bench_vllm import run as run_vllm
+        return run_vllm(opts)
+    from .tools.bench import run
+    return run(opts)
 
 
 def _read_prompt(a) -> str:
@@ -307,40 +341,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     with log_to_stderr(a.quiet_logs):
-        return _run(parser, a)
+        return _run(a)
 
 
-def _run(parser: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+def _run(a: argparse.Namespace) -> int:
     """The subcommand ``a`` names; the errors a user can fix end in one line, status 2."""
     try:
-        if a.command == "fit":
-            return _cmd_fit(a)
-        if a.command == "generate":
-            return _cmd_generate(a)
-        if a.command == "advise":
-            return _cmd_advise(a)
-        if a.command == "serve":
-            from .serving.serve import run
-            extra = tuple(x for x in a.vllm_args if x != "--")
-            return run(a.model, a.maps, a.port, a.host, a.dtype, a.max_model_len, extra,
-                       **settings_from_args(a))
-        if a.command == "demo":
-            from .tools.demo import run
-            return run(a.model, a.device, a.out_dir)
-        if a.command == "bench":
-            opts = options_from_args(a, BenchOptions)
-            if opts.engine == "vllm":
-                from .tools.bench_vllm import run as run_vllm
-                return run_vllm(opts)
-            from .tools.bench import run
-            return run(opts)
-        if a.command == "eval":
-            return _cmd_eval(a)
+        return a.func(a)
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FetchError) as e:
         print(f"ridgefill {a.command}: error: {_flags_named(str(e))}", file=sys.stderr)
         return 2
-    parser.error(f"unknown command {a.command}")
-    return 2
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import torch
 
 from .core import prompt as prompts
 from .core import select
-from .core.engine import Selection
 from .core.late import repair_rows
 from .core.plan import Plan
 
@@ -144,7 +143,7 @@ class Conversation:
         ids = self.ids + new
         p = prompts.from_ids(self.tok, torch.tensor([ids]))
         plan = Plan(len(ids), pre.plan.split, len(ids) - pre.plan.n_prefix, pre.plan.n_layers)
-        ctx = Selection(self.rf.engine, p, plan, pre.x_split, self.cache, {}, cfg.fill)
+        ctx = select.Context(self.rf.engine, p, plan, pre.x_split, self.cache, {}, cfg.fill)
         # the window: this turn's rows only (else the earlier question, still within the
         # last 64 rows, wins the net again)
         lexical = select.make("lexical", **cfg.options)

@@ -88,7 +88,7 @@ def test_a_resumed_vllm_bench_remeasures_on_another_processor(tmp_path, monkeypa
 
     monkeypatch.setattr(bench_vllm, "bench_model", fake_bench)
     opts = BenchOptions(models=("m",), lengths=(64,), repeats=1, out_dir=tmp_path, resume=True,
-                        engine="vllm", dtype="bfloat16")
+                        engine="vllm", dtype="bf16")
     for name in ("Xeon A (avx2)", "Xeon A (avx2)", "Xeon B (avx2, amx_bf16)"):
         monkeypatch.setattr(bench_vllm, "cpu", lambda name=name: name)
         bench_vllm.run(opts)

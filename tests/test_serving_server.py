@@ -34,7 +34,7 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu", "serve", "--model", "smollm2-135m", "--fill", "identity",
-         "--split", "20", "--tail", "4", "--dtype", "float32", "--max-model-len", "2048",
+         "--split", "20", "--tail", "4", "--dtype", "fp32", "--max-model-len", "2048",
          "--port", str(port), "--", "--enforce-eager", "--kv-cache-memory-bytes", str(1 << 29)],
         stdout=log.open("w"), stderr=subprocess.STDOUT)
     deadline = time.time() + 600

@@ -17,7 +17,7 @@ from gpu.core.config import PrefillConfig
 from gpu.core.plan import Plan
 from gpu.eval import frontier as fr
 from gpu.eval.instruments import Arm, Session, ranking_macs
-from gpu.eval.options import FrontierOptions
+from gpu.eval.options import TIERED_FILLS, FrontierOptions
 
 NAME = re.compile(r"^(?P<keys>[a-z]+)(?:\.(?P<values>[a-z]+)-values)?\+attn(?P<pct>\d+)"
                   r"(?P<c>c?)@(?P<split>\d+)/t(?P<tail>\d+)$")
@@ -165,7 +165,7 @@ def test_the_cli_flags():
     assert o.tiered and o.tiered_fills == ("kv", "none", "kv.identity")
     assert o.keep == ("*+attn*@{third}/t1",)
     o = options_from_args(build_parser().parse_args(["eval", "frontier"]), FrontierOptions)
-    assert not o.tiered and o.tiered_fills == fr.TIERED_FILLS
+    assert not o.tiered and o.tiered_fills == TIERED_FILLS
 
 
 # ----------------------------------------------------------------------------- cost

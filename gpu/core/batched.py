@@ -14,7 +14,6 @@ of each layer.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
 
 import torch
 from torch.func import functional_call, vmap
@@ -22,9 +21,7 @@ from torch.func import functional_call, vmap
 from .adapters import Adapter
 from .cache import read_by_someone
 from .fills import writes
-
-if TYPE_CHECKING:
-    from .late import Late
+from .walk import Late
 
 ELEMENTS = {"cpu": 2 ** 22}  # predicted values per stacked pass, (layers, rows, d), by device
 ELEMENTS_ACCELERATOR = 2 ** 26
@@ -49,7 +46,7 @@ def groups(adapter: Adapter, split: int) -> list[tuple[int | None, tuple[int, ..
 
 
 @torch.inference_mode()
-def entries(ctx: "Late", elements: int | None = None) -> Entries:
+def entries(ctx: Late, elements: int | None = None) -> Entries:
     """Every late attention layer's filled entries {layer: (rows, k, v)}, k and v of shape
     (1, Hkv, len(rows), D); in a sliding-window layer only the rows someone can read
     (``ctx.skip_unread``). Equal to gpu.core.late.filled_entries layer by layer up to float
@@ -86,7 +83,7 @@ def entries(ctx: "Late", elements: int | None = None) -> Entries:
     return out
 
 
-def predictions(ctx: "Late", layers: tuple[int, ...], rows: torch.Tensor) -> torch.Tensor:
+def predictions(ctx: Late, layers: tuple[int, ...], rows: torch.Tensor) -> torch.Tensor:
     """Predicted inputs (len(layers), 1, m, C) of ``layers`` for x_S rows ``rows``: x_S itself
     for the identity fill and for layer S, one stacked product for the rest."""
     x = ctx.x_split[:, rows]

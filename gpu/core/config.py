@@ -151,7 +151,8 @@ class PrefillConfig:
         """This configuration checked against a model of ``n_layers`` and its ``maps`` (one map
         set, or {kind: map set}), with ``split=None`` replaced by the maps' split."""
         sets = [kind_of(maps, k) for k in self.map_kinds]
-        first = sets[0] if sets else maps if not isinstance(maps, dict) else None
+        given = list(maps.values()) if isinstance(maps, dict) else [] if maps is None else [maps]
+        first = sets[0] if sets else given[0] if given else None  # the maps carry a split
         split = self.split if self.split is not None else getattr(first, "split", None)
         if self.fill != "exact" and split is None:
             raise ValueError(f"fill={self.fill!r} needs a split: pass split=S or maps")

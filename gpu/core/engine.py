@@ -64,19 +64,6 @@ class Prefill:
 
 
 @dataclass
-class Selection:
-    """What a row selector may read once the lower layers ran for every row (paper 2.4)."""
-
-    engine: "Engine"
-    prompt: object
-    plan: Plan
-    x_split: torch.Tensor
-    cache: DynamicCache
-    kept: dict[int, torch.Tensor]
-    fill: str
-
-
-@dataclass
 class _LowerPass:
     """The lower layers of one prompt, kept so that other arms at the same split reuse them."""
 
@@ -283,7 +270,7 @@ class Engine:
         keep = selector.keep(prompt, plan) if selector is not None else None
         x_split, kept, cache = self._lower_prefix(ids, plan.split, keep, cfg.chunk)
         if selector is not None:
-            ctx = Selection(self, prompt, plan, x_split, cache, kept, fill)
+            ctx = select.Context(self, prompt, plan, x_split, cache, kept, fill)
             plan = plan.with_rows(selector(ctx))
         if "kv" in (fill, values_fill):
             plan = plan.with_rows(np.union1d(plan.exact_rows, late.sink_rows(x_split, plan.filled)))

@@ -145,6 +145,8 @@ BUILTINS: dict[str, Builtin] = {
 }
 # the models `make test` installs (the larger ones: `make models`, tests marked `large`)
 SMALL = ("smollm2-135m", "gemma3-270m")
+# the one spelling of every command's --dtype -> torch's (and vLLM's) name of that precision
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 @dataclass

@@ -7,10 +7,11 @@ the plan, x_S and the lower layers' cache; it returns the exact prefix rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from rfmodel import selectors as rs
 
@@ -20,8 +21,20 @@ from .config import ROWS
 from .plan import Plan
 from .prompt import Prompt
 
-if TYPE_CHECKING:
-    from .engine import Selection as Context
+
+@dataclass
+class Context:
+    """What a row selector may read once the lower layers ran for every row (paper 2.4):
+    ``engine`` is the gpu.core.engine.Engine that ran them (its adapter, maps and
+    predictors)."""
+
+    engine: Any
+    prompt: object
+    plan: Plan
+    x_split: torch.Tensor
+    cache: DynamicCache
+    kept: dict[int, torch.Tensor]
+    fill: str
 
 REFERENCE_LAYERS = (3, 7, 11, 15)
 

@@ -53,11 +53,11 @@ from .frontier_report import summarize, write as write_summary
 from .grid import EvalConfig, arm_name, depth, preset_for
 from .instruments import Arm, Session
 from . import ruler
-from .options import TAILS, TASKS, FrontierOptions
+from .options import TAILS, TASKS, TIERED_FILLS, FrontierOptions
 from .report import MARGIN_POP
 from .shard import Shard
 from ..core.fills import pair
-from .tiered import TIERED_FILLS, TieredArms
+from .tiered import TieredArms
 from .timing import time_arms
 from .units import CorpusTexts, needle_units, sig
 

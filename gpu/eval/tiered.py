@@ -19,7 +19,6 @@ from ..core.config import PrefillConfig
 from ..core.fills import pair
 from .grid import SHARE_ROWS, arm_name, depth
 from .instruments import Arm
-from .options import TIERED_FILLS
 from .report import MARGIN_POP
 
 TIERED_FRACTIONS = (1 / 3, 1 / 2, 7 / 12)  # of depth; POP's split joins them

@@ -77,11 +77,15 @@ def choose_config(model: str = "", maps=None, config: PrefillConfig | None = Non
     if config is not None and settings:
         raise ValueError(f"pass either config=PrefillConfig(...) or its fields as keywords, not "
                          f"both (got config and {sorted(settings)})")
+    chosen = config is not None or settings.get("fill") == "exact"
     if config is None:
         advice = read_advice(maps) if isinstance(maps, (str, Path)) else advice_for(maps)
         if advice is not None:
             announce(advice)
         config = default_config(model, advice, **settings)
+    if maps is not None and config.fill == "exact" and chosen:
+        raise ValueError("fill='exact' reads no maps: leave them out (CLI: drop --maps), or "
+                         "choose a fill that reads them (e.g. fill='ridge')")
     if maps is not None and config.fill == "exact":
         raise ValueError(
             f"maps were given, but the configuration{f' of {model}' if model else ''} is exact "

@@ -74,14 +74,10 @@ def served_maps(name: str, folder: Path, config, maps):
     return config.resolve(loaded.n_layers, found), str(Path(maps).resolve())
 
 
-def run(model: str, maps: str | None, port: int, host: str, dtype: str | None,
-        max_model_len: int | None,
-        extra: tuple[str, ...], **settings) -> int:
-    """Check everything, print the summary, then become ``vllm serve`` (no return)."""
-    argv, summary = command(model, maps, port, host, dtype, max_model_len, extra, **settings)
-    print(f"ridgefill serve: {summary}; http://{host}:{port}/v1", flush=True)
+def become_vllm(argv: list[str], extra: tuple[str, ...]) -> None:
+    """Replace this process with ``vllm serve`` ``argv`` (from :func:`command`; no return),
+    one core group bound per tensor-parallel rank of ``extra``."""
     env = dict(os.environ)
     env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores(ranks_of(extra)))
     os.execve(argv[0], argv, env)
-    return 0

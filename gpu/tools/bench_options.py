@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.config import option
-from ..core.models import SMALL
+from ..core.models import DTYPES, SMALL
 
 VLLM_ARMS = ("stock", "stock-one-pass", "advised", "pop")   # gpu.tools.bench_vllm's engines
 
@@ -41,9 +41,9 @@ class BenchOptions:
                                          "below); vllm: stock vLLM, RidgeFill and POP inside "
                                          "vLLM's CPU build (gpu.tools.bench_vllm)",
                          choices=("transformers", "vllm"))
-    dtype: str | None = option(None, "--engine vllm: vLLM's dtype (default: bfloat16 on a CPU "
-                                     "with avx512_bf16 or amx_bf16, else float32)",
-                               choices=("bfloat16", "float32"))
+    dtype: str | None = option(None, "--engine vllm: vLLM's dtype (default: bf16 on a CPU "
+                                     "with avx512_bf16 or amx_bf16, else fp32)",
+                               choices=tuple(DTYPES))
     arms: tuple[str, ...] = option(VLLM_ARMS, "--engine vllm: the engines to start and time "
                                    "(fewer where four of the model do not fit in memory)",
                                    choices=VLLM_ARMS)

@@ -28,6 +28,7 @@ from rfmath.cost import speedup_ceiling
 from rfmodel.atomic import write_json
 
 from ..core import models, presets
+from ..core.models import DTYPES
 from ..core.advised import default_config
 from ..core.archspec import arch_of
 from ..core.config import PrefillConfig
@@ -171,7 +172,7 @@ def run(opts: BenchOptions) -> int:
     """Every model at its lengths; bench.json rewritten after every record (resumable)."""
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
-    dtype = opts.dtype or default_dtype()
+    dtype = DTYPES[opts.dtype] if opts.dtype else default_dtype()
     out = Path(opts.out_dir) / "vllm"
     path = out / f"bench-{dtype}.json"
     prior = prior_records(path, opts.resume)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rfmodel.atomic import write_json
 
+from ..core.models import DTYPES
 from ..serving.settings import all_cores, overrides
 
 STAGES = ("ridgefill.lower", "ridgefill.fill", "ridgefill.exact_rows")
@@ -147,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--length", type=int, default=4096)
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
     p.add_argument("--out-dir", type=Path, default=Path("results/bench/vllm"))
     a = p.parse_args(argv)
     logging.basicConfig(format="%(message)s")  # the maps it finds or fits (gpu.maps.files)
     logging.getLogger("ridgefill").setLevel(logging.INFO)
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
-    run(a.model, a.length, a.dtype, a.out_dir)
+    run(a.model, a.length, DTYPES[a.dtype], a.out_dir)
     return 0
 
 
