@@ -37,7 +37,7 @@ def _cached(loaded: models.Loaded, config: PrefillConfig) -> dict:
             for kind in config.map_kinds}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Result:
     text: str
     prompt_tokens: int
@@ -125,10 +125,14 @@ class RidgeFill:
         assert tokens[0] == first
         counts = pre.plan.counts() if pre.plan is not None else {"filled": 0, "exact_prefix": 0,
                                                                   "tail": p.n}
-        return Result(self.loaded.tokenizer.decode(tokens, skip_special_tokens=True), p.n,
-                      counts["filled"], counts["exact_prefix"], counts["tail"], ttft,
-                      (len(tokens) - 1) / decode_s if len(tokens) > 1 and decode_s > 0 else 0.0,
-                      len(tokens), pre.fill, self.config.rows, self.config.split, notes)
+        return Result(
+            text=self.loaded.tokenizer.decode(tokens, skip_special_tokens=True),
+            prompt_tokens=p.n, filled=counts["filled"], exact_prefix=counts["exact_prefix"],
+            tail=counts["tail"], ttft_seconds=ttft,
+            decode_tokens_per_second=(len(tokens) - 1) / decode_s
+            if len(tokens) > 1 and decode_s > 0 else 0.0,
+            new_tokens=len(tokens), fill=pre.fill, rows=self.config.rows,
+            split=self.config.split, notes=notes)
 
     @torch.inference_mode()
     def cache(self, input_ids: torch.Tensor):

@@ -294,13 +294,16 @@ def _read_prompt(a) -> str:
 
 def _cmd_generate(a) -> int:
     from .api import RidgeFill
+    from .core.advised import ADVISED, advice_source, default_config
 
     rf = RidgeFill.load(a.model, a.maps, device=a.device, dtype=_dtype(a.dtype),
                         **settings_from_args(a))
-    c = rf.config
-    print(f"[{rf.loaded.name}: " + ("exact prefill" if c.fill == "exact" else
+    c, name = rf.config, rf.loaded.name
+    advised = name in ADVISED and default_config(name) == c
+    print(f"[{name}: " + ("exact prefill" if c.fill == "exact" else
           f"keys {c.fill}, values {c.values_fill or c.fill}, split {c.split}, tail {c.tail}, "
-          f"rows {c.rows}") + "]", file=sys.stderr)
+          f"rows {c.rows}") + (f"; advised: {advice_source(name)}" if advised else "") + "]",
+          file=sys.stderr)
     r = rf.generate(_read_prompt(a), a.question, chat=a.chat, max_new_tokens=a.max_new_tokens,
                     answer_prefix=a.answer_prefix)
     r.notes = [_flags_named(n) for n in r.notes]

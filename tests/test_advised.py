@@ -217,4 +217,10 @@ def test_a_builtin_without_maps_runs_its_advice_from_the_cached_maps(monkeypatch
     monkeypatch.setattr(RidgeFill, "generate", fake_generate)
     with pytest.raises(SystemExit):
         cli.main(["generate", "--model", tiny.name, "--device", "cpu", "--prompt", "abc"])
-    assert "keys kv, values identity, split 2, tail 1, rows none" in capsys.readouterr().err
+    line = capsys.readouterr().err
+    assert "keys kv, values identity, split 2, tail 1, rows none; advised: " in line
+    with pytest.raises(SystemExit):  # a setting of the user's own: not the advice any more
+        cli.main(["generate", "--model", tiny.name, "--device", "cpu", "--prompt", "abc",
+                  "--tail", "2"])
+    line = capsys.readouterr().err
+    assert "tail 2, rows none]" in line and "advised" not in line
