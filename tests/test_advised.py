@@ -1,6 +1,6 @@
 """The built-in models' defaults (gpu.core.advised) against the advisor's committed output, and
 where they apply: RidgeFill.load / the constructor, ``ridgefill generate`` and ``ridgefill
-fit``. Oracle for the table: gpu.tools.advise.recommend run again on the committed frontier
+fit``. Oracle for the table: gpu.lab.tools.advise.recommend run again on the committed frontier
 (results/advise/<model>/advice.json)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gpu import cli
 from gpu.api import RidgeFill
 from gpu.core import advised, models
 from gpu.core.config import PrefillConfig
-from gpu.tools.advise import BUDGET, recommend
+from gpu.lab.tools.advise import BUDGET, recommend
 from gpu_fixtures import DenseMaps, load_tiny, random_maps
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "advise"
@@ -129,7 +129,7 @@ def test_an_exact_advice_refuses_maps_by_name_and_the_demo_says_what_it_shows(mo
     ignored: they are refused with the fix; the demo shows the ridge fill at POP native's
     split and says the advice is exact."""
     from gpu.core.config import pop_split
-    from gpu.tools.demo import showcase
+    from gpu.lab.tools.demo import showcase
 
     tiny = load_tiny("llama")
     monkeypatch.setitem(advised.ADVISED, tiny.name, {"fill": "exact"})

@@ -1,4 +1,4 @@
-"""Batched greedy decoding (gpu.eval.batch_decode) against one-at-a-time ``Engine.decode``.
+"""Batched greedy decoding (gpu.lab.eval.batch_decode) against one-at-a-time ``Engine.decode``.
 
 Oracle: ``Engine.decode`` of each prefill alone. A batched step sums in another order, so the
 test asks for the same greedy tokens (random tiny models leave no near-ties at these sizes)
@@ -12,7 +12,7 @@ import torch
 
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from gpu.eval.batch_decode import Batch
+from gpu.lab.eval.batch_decode import Batch
 from gpu.core.cache import full_cache
 from gpu.core.engine import Engine, Feeder, Prefill
 from gpu.core.plan import Plan

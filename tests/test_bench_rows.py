@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.tools.bench import row_cost
+from gpu.lab.tools.bench import row_cost
 
 ARMS = {0: "r0", 10: "r10", 20: "r20", 40: "r40"}
 
@@ -46,7 +46,7 @@ def test_no_row_counts_is_not_resolved():
 def test_bench_times_every_arm_and_reports_their_ratios():
     """One round of the benchmark on the smollm2 shape with random weights (300 tokens): every
     arm is timed and measured, and the reported ratios are those of the medians."""
-    from gpu.tools.bench import bench_model
+    from gpu.lab.tools.bench import bench_model
 
     (rec,) = one_thread(bench_model, "smollm2-135m", [300], repeats=1, random_weights=True,
                         split=11, tail=64, rows_probe=False)
@@ -67,7 +67,7 @@ def test_advised_arm_is_timed_unless_it_is_exact_or_another_arm():
     beside exact where the advice is exact prefill, the POP arm where the advice is POP's own
     configuration."""
     from gpu.core.config import PrefillConfig
-    from gpu.tools.bench import advised_arm
+    from gpu.lab.tools.bench import advised_arm
 
     rf = PrefillConfig(split=20, tail=1, rows="none")
     pop = PrefillConfig(split=20, tail=1, fill="identity", rows="none")
@@ -83,7 +83,7 @@ def test_speed_configuration_is_labelled_with_its_measured_retrieval(tmp_path):
     nothing where no frontier ran that configuration."""
     import json
 
-    from gpu.tools.bench import measured_retrieval
+    from gpu.lab.tools.bench import measured_retrieval
 
     def frontier(root, rows):
         (tmp_path / root / "m").mkdir(parents=True)
@@ -107,7 +107,7 @@ def test_bench_times_the_advised_kv_fill_at_its_own_price(monkeypatch):
     priced by its own MAC ceiling (rfmath.cost: the kv fill costs what the identity fill
     does)."""
     from gpu.core import advised
-    from gpu.tools.bench import bench_model
+    from gpu.lab.tools.bench import bench_model
     from rfmath.cost import speedup_ceiling
 
     monkeypatch.setitem(advised.ADVISED, "smollm2-135m",
@@ -128,7 +128,7 @@ def test_bench_times_the_advised_kv_fill_at_its_own_price(monkeypatch):
 def test_bench_times_the_compiled_walk_beside_the_eager_one():
     """``--compile`` adds the torch.compile arm (gpu.core.compiled), warmed up untimed, and
     reports its ratios from the medians (split 28 of 30: two late layers to compile)."""
-    from gpu.tools.bench import bench_model
+    from gpu.lab.tools.bench import bench_model
 
     (rec,) = one_thread(bench_model, "smollm2-135m", [200], repeats=1, random_weights=True,
                         split=28, tail=32, rows_probe=False, compile=True)
@@ -148,8 +148,8 @@ def test_bench_writes_each_record_and_resumes_without_retiming(tmp_path, monkeyp
     import torch
 
     from gpu.core.models import default_device
-    from gpu.tools import bench
-    from gpu.tools.bench_options import BenchOptions
+    from gpu.lab.tools import bench
+    from gpu.lab.tools.bench_options import BenchOptions
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -192,7 +192,7 @@ def test_exact_in_passes_is_the_one_pass_forward_and_timed_above_the_chunk():
     import torch
 
     from gpu.core import models
-    from gpu.tools.bench import bench_model, exact_in_passes
+    from gpu.lab.tools.bench import bench_model, exact_in_passes
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -237,7 +237,7 @@ def test_merged_keeps_every_prior_measurement_this_run_did_not_redo(old, new):
     """``merged`` (a resumed bench.json): every record of this run, in order, after the prior
     records whose measurement (model, length, settings, arms) this run did not make; a prior
     record is dropped only for a new one with its key."""
-    from gpu.tools.bench_records import merged, record_key
+    from gpu.lab.tools.bench_records import merged, record_key
 
     prior, records = [_rec(*t) for t in old], [_rec(*t) for t in new]
     out = merged(prior, records)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpu import cli
-from gpu.tools.bench_options import VLLM_ARMS, BenchOptions
-from gpu.tools.profile_vllm import analyse, self_times
+from gpu.lab.tools.bench_options import VLLM_ARMS, BenchOptions
+from gpu.lab.tools.profile_vllm import analyse, self_times
 
 
 def _event(name, ts, dur, tid=1, cat="cpu_op"):
@@ -54,14 +54,14 @@ def test_arms_flag():
 
 def test_a_run_without_stock_is_refused_before_any_engine_starts():
     pytest.importorskip("vllm")
-    from gpu.tools.bench_vllm import bench_model
+    from gpu.lab.tools.bench_vllm import bench_model
 
     with pytest.raises(ValueError, match="--arms must include stock"):
         next(bench_model("qwen2.5-coder-0.5b", [2048], 1, "bfloat16", False, ("advised",)))
 
 
 def test_records_name_the_processor_and_its_bf16_extensions():
-    from gpu.tools.bench_records import cpu
+    from gpu.lab.tools.bench_records import cpu
 
     info = ("processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu avx2 avx512f amx_bf16 sse\n"
             "processor\t: 1\nmodel name\t: Some Xeon\nflags\t\t: fpu avx2 avx512f amx_bf16\n")
@@ -77,7 +77,7 @@ def test_a_resumed_vllm_bench_remeasures_on_another_processor(tmp_path, monkeypa
     records stay."""
     import json
 
-    from gpu.tools import bench_vllm
+    from gpu.lab.tools import bench_vllm
 
     measured = []
 

@@ -11,7 +11,7 @@ import torch
 from gpu import PrefillConfig, RidgeFill, RidgeFillPress
 from gpu.core import models
 from gpu.core import prompt as prompts
-from gpu.eval import minimodel
+from gpu.lab.eval import minimodel
 from gpu_fixtures import run_plan, load_tiny, scratch
 
 DOC = minimodel.prose(400, seed=3)

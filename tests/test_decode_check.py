@@ -1,4 +1,4 @@
-"""The decode-time check of paper Appendix I.4 (gpu.eval.decode_check) on tiny random models.
+"""The decode-time check of paper Appendix I.4 (gpu.lab.eval.decode_check) on tiny random models.
 
 Oracles: a threshold no row reaches leaves the fill's own decoding (the stock Feeder over the
 same cache, to rounding); a repaired state is bitwise the prefill with those rows exact; with
@@ -13,7 +13,7 @@ from gpu.core import prompt as prompts
 from gpu.core.config import PrefillConfig
 from gpu.core.engine import Engine, Feeder
 from gpu.core.plan import Plan
-from gpu.eval.decode_check import CheckedFeeder, decode
+from gpu.lab.eval.decode_check import CheckedFeeder, decode
 from gpu_fixtures import run_plan, DenseMaps, LAYERS, load_tiny, random_maps
 
 SPLIT, TAIL, STEPS = 1, 4, 6

@@ -1,4 +1,4 @@
-"""The evaluation harness (gpu.eval.harness, gpu.eval.instruments, gpu.eval.report) on a tiny random Llama:
+"""The evaluation harness (gpu.lab.eval.harness, gpu.lab.eval.instruments, gpu.lab.eval.report) on a tiny random Llama:
 the filled-region filter, the novel / key token masks as wired, the scorers, the paired
 intervals on known data, resume after an interruption, and the miniature eval end to end.
 
@@ -15,16 +15,16 @@ import pytest
 import torch
 
 from gpu.core.config import PrefillConfig
-from gpu.eval import grid
-from gpu.eval import units as eu
-from gpu.eval import harness as ev
-from gpu.eval import instruments as ins
+from gpu.lab.eval import grid
+from gpu.lab.eval import units as eu
+from gpu.lab.eval import harness as ev
+from gpu.lab.eval import instruments as ins
 from gpu.core import models
-from gpu.eval import report, report_intervals
-from gpu.eval import tasks
-from gpu.eval.journal import Journal
-from gpu.eval.loss_masks import key_token_mask, novel_token_mask
-from gpu.eval.minimodel import SyntheticTexts
+from gpu.lab.eval import report, report_intervals
+from gpu.lab.eval import tasks
+from gpu.lab.eval.journal import Journal
+from gpu.lab.eval.loss_masks import key_token_mask, novel_token_mask
+from gpu.lab.eval.minimodel import SyntheticTexts
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +140,7 @@ def test_loss_masks_and_scorer_wiring(mini, tmp_path):
     ev.run_docs(sess, j, [u], arms, cfg, "fp", progress=False)
     recs = {r["arm"]: r for r in j.records()}
     ids, start = u.prompt.ids, u.start
-    # novel tokens: the mask of gpu.eval.loss_masks over the scored stretch
+    # novel tokens: the mask of gpu.lab.eval.loss_masks over the scored stretch
     assert recs["exact"]["novel"] == novel_token_mask(ids[0], start).astype(int).tolist()
     # the scorer: exact NLL equals a plain full forward's
     with torch.inference_mode():
@@ -420,7 +420,7 @@ def test_resume_recomputes_nothing(mini, tmp_path, monkeypatch):
 def test_whole_grid_on_a_sliding_window_model(tmp_path):
     """The study's arms on a tiny Gemma-3 whose window (32) is shorter than the tail: the
     splices read rows the stock cache of a sliding-window layer no longer holds."""
-    from gpu.eval import minimodel
+    from gpu.lab.eval import minimodel
 
     torch.set_num_threads(1)
     path = minimodel.build(tmp_path / "tiny-gemma3", family="gemma3")
@@ -463,7 +463,7 @@ def test_custom_arms_for_a_selector_study(mini, tmp_path):
 def test_rereport_keeps_the_later_record_of_a_rerun_arm():
     """A journal holding an arm measured twice on a unit (a rerun after a fix) reports the
     later record alone, and only the units that every arm measured."""
-    from gpu.eval.rereport import complete_records
+    from gpu.lab.eval.rereport import complete_records
 
     def rec(unit, arm, score):
         return {"instrument": "needle", "unit": unit, "arm": arm, "score": score}

@@ -1,4 +1,4 @@
-"""The frontier of issue 20 (gpu.eval.frontier, gpu.eval.frontier_report) on a tiny random
+"""The frontier of issue 20 (gpu.lab.eval.frontier, gpu.lab.eval.frontier_report) on a tiny random
 Llama: the grid (splits at 1/4, 3/8, 1/2, 5/8 and POP's, fills x tails x rows, rescales,
 cuts), the run end to end with its markdown / JSON / PNG, paper 6.4's test, resume, the
 dominating points, and the probe's first sweep charged in the MAC share."""
@@ -12,11 +12,11 @@ import pytest
 from gpu_fixtures import MINI_FIT_KW, mini_llama
 
 from gpu.core.config import PrefillConfig
-from gpu.eval import frontier as fr
-from gpu.eval import minimodel
-from gpu.eval.frontier_report import dominating, markdown, verdict_64
-from gpu.eval.instruments import Arm, Session, probe_sweep_macs
-from gpu.eval.options import FrontierOptions
+from gpu.lab.eval import frontier as fr
+from gpu.lab.eval import minimodel
+from gpu.lab.eval.frontier_report import dominating, markdown, verdict_64
+from gpu.lab.eval.instruments import Arm, Session, probe_sweep_macs
+from gpu.lab.eval.options import FrontierOptions
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +118,7 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     assert "no loss documents (needles only)" in markdown({**s, "documents": 0})
     assert json.loads((root / "frontier.json").read_text())["rows"]
     # a rerun measures nothing again
-    import gpu.eval.instruments as ins
+    import gpu.lab.eval.instruments as ins
     monkeypatch.setattr(ins, "needles", lambda *a, **k: pytest.fail("remeasured a needle"))
     monkeypatch.setattr(ins, "loss", lambda *a, **k: pytest.fail("remeasured a document"))
     chk = by["ridge@5/t96/check-0.05"]
@@ -129,7 +129,7 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
     [again] = run_tiny(tiny, out, checks=(0.05,))
     assert again["rows"] == s["rows"]
     # the report written again from the journal alone (no maps, no run): the same numbers
-    from gpu.eval.rereport import rereport
+    from gpu.lab.eval.rereport import rereport
     before = json.loads((root / "report.json").read_text())
     with open(root / "records.jsonl", "a") as f:  # a unit that not every arm measured
         f.write(json.dumps({"instrument": "needle", "arm": "exact", "unit": "x/1/0",
@@ -141,9 +141,9 @@ def test_frontier_end_to_end_and_resume(tiny, tmp_path, monkeypatch):
 
 
 def test_a_stopped_frontier_writes_its_partial_summary(tiny, tmp_path, monkeypatch):
-    """SIGTERM (SystemExit from gpu.eval.harness.stop_on_sigterm) in the middle of the needles:
+    """SIGTERM (SystemExit from gpu.lab.eval.harness.stop_on_sigterm) in the middle of the needles:
     the harness journals what it measured, and the frontier's summary says PARTIAL."""
-    import gpu.eval.harness as harness
+    import gpu.lab.eval.harness as harness
 
     real = harness.run_docs
 
@@ -170,7 +170,7 @@ def test_one_instrument_at_a_time_then_the_whole_grid(tiny, tmp_path, monkeypatc
     """``--instruments loss`` journals only documents and says the grid is partial; the
     whole grid afterwards measures only the needles (the documents are reused) and is
     complete at the frontier's own size (samples and documents asked, not the study's)."""
-    import gpu.eval.instruments as ins
+    import gpu.lab.eval.instruments as ins
 
     out = tmp_path / "frontier"
     [first] = run_tiny(tiny, out, instruments=("loss",), timing_units=0)

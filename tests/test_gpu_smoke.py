@@ -11,7 +11,7 @@ import torch
 
 from gpu.data import corpus
 from gpu.core import models
-from gpu.eval import tasks
+from gpu.lab.eval import tasks
 from gpu.api import RidgeFill
 from gpu.core.config import PrefillConfig
 from gpu.maps.fit import FitOptions, fit

@@ -15,18 +15,18 @@ GPU = ROOT / "gpu"
 MAX_LINES = 450  # "no module over ~400 lines"
 # what each part of gpu/ may not import (prefixes of absolute module names)
 FORBIDDEN = {
-    "gpu.core": ("gpu.maps", "gpu.data", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
-    "gpu.maps": ("gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
-    "gpu.data": ("gpu.core", "gpu.maps", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
-    "gpu.eval": ("gpu.tools", "gpu.cli"),
+    "gpu.core": ("gpu.maps", "gpu.data", "gpu.lab", "gpu.api", "gpu.cli"),
+    "gpu.maps": ("gpu.lab", "gpu.api", "gpu.cli"),
+    "gpu.data": ("gpu.core", "gpu.maps", "gpu.lab", "gpu.api", "gpu.cli"),
+    "gpu.lab.eval": ("gpu.lab.tools", "gpu.cli"),
     # the vLLM plugin is product: it reads the engine's configuration and maps, never the lab
-    "gpu.serving": ("gpu.data", "gpu.eval", "gpu.tools", "gpu.api", "gpu.cli"),
+    "gpu.serving": ("gpu.data", "gpu.lab", "gpu.api", "gpu.cli"),
 }
-# the product (what a user imports) never imports the lab (gpu.eval, gpu.tools: the studies,
+# the product (what a user imports) never imports the lab (gpu.lab: the studies,
 # benchmarks and advisor); only the CLI, which dispatches to both, may
 PRODUCT = ("gpu", "gpu.core", "gpu.maps", "gpu.data", "gpu.serving", "gpu.api", "gpu.press",
            "gpu.kvpress_press", "gpu.conversation", "gpu.version")
-LAB = ("gpu.eval", "gpu.tools")
+LAB = ("gpu.lab",)
 PACKAGES = ("rfmath", "rfmodel", "gpu", "proofs_check")
 
 
@@ -152,7 +152,7 @@ def test_core_does_not_import_the_harness_at_run_time():
 
     code = ("import sys, gpu.core.engine, gpu.core.select, gpu.core.config, gpu.core.models;"
             "print(sorted(m for m in sys.modules if m.startswith(('gpu.maps.fit', 'gpu.data', "
-            "'gpu.eval', 'gpu.tools'))))")
+            "'gpu.lab.eval', 'gpu.lab.tools'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

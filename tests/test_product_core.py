@@ -51,7 +51,7 @@ def test_advise_flags_are_advise_options():
     defaults, every field is reachable by its flag, a bad budget key is refused by name."""
     from dataclasses import replace as dc_replace
 
-    from gpu.tools.advise_options import AdviseOptions
+    from gpu.lab.tools.advise_options import AdviseOptions
 
     parser = cli.build_parser()
     bare = parser.parse_args(["advise"])
@@ -76,7 +76,7 @@ def test_advise_flags_are_advise_options():
 def test_bench_flags_are_bench_options():
     """``ridgefill bench``'s flags are BenchOptions' fields, with its defaults; the flags the
     Makefile's bench targets use still parse."""
-    from gpu.tools.bench_options import BenchOptions
+    from gpu.lab.tools.bench_options import BenchOptions
 
     parser = cli.build_parser()
     assert cli.options_from_args(parser.parse_args(["bench"]), BenchOptions) == BenchOptions()
@@ -95,7 +95,7 @@ def test_eval_flags_are_eval_options(what):
     """``ridgefill eval study|mini|frontier``'s flags are the fields of its options dataclass:
     no flag is the dataclass's defaults, every field is reachable by its flag (a changed value
     of each comes back), and the Makefile's frontier flags parse."""
-    from gpu.eval.options import FrontierOptions, MiniOptions, StudyOptions
+    from gpu.lab.eval.options import FrontierOptions, MiniOptions, StudyOptions
 
     cls = {"study": StudyOptions, "mini": MiniOptions, "frontier": FrontierOptions}[what]
     parser = cli.build_parser()

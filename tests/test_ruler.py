@@ -1,4 +1,4 @@
-"""RULER through lm-eval (gpu.eval.ruler): the samples and prompts are lm-eval's own, the
+"""RULER through lm-eval (gpu.lab.eval.ruler): the samples and prompts are lm-eval's own, the
 score is lm-eval's ``process_results``, the tasks that need the network say why, and the
 frontier runs its grid on them end to end (tiny random Llama; lm-eval's index takes ~10 s)."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 
 from gpu_fixtures import MINI_FIT_KW, mini_llama
 
-from gpu.eval import frontier as fr
-from gpu.eval import minimodel, ruler
-from gpu.eval.options import FrontierOptions
-from gpu.eval.tasks import score
+from gpu.lab.eval import frontier as fr
+from gpu.lab.eval import minimodel, ruler
+from gpu.lab.eval.options import FrontierOptions
+from gpu.lab.eval.tasks import score
 
 pytest.importorskip("lm_eval")
 pytestmark = pytest.mark.slow

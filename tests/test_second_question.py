@@ -7,8 +7,8 @@ import torch
 
 from gpu import PrefillConfig, RidgeFill
 from gpu.core import models, prompt as prompts
-from gpu.eval import minimodel, tasks
-from gpu.tools import second_question as sq
+from gpu.lab.eval import minimodel, tasks
+from gpu.lab.tools import second_question as sq
 from gpu_fixtures import scratch
 
 

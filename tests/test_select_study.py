@@ -1,11 +1,11 @@
-"""gpu.tools.selector_study without a model: its arms (controls beside the default only, every
+"""gpu.lab.tools.selector_study without a model: its arms (controls beside the default only, every
 selector with span completion but the paper's attention selector) and its summary / markdown /
 plot on a synthetic report."""
 from __future__ import annotations
 
 import json
 
-from gpu.tools import selector_study as st
+from gpu.lab.tools import selector_study as st
 
 
 def test_arms_and_controls():

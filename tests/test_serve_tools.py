@@ -1,4 +1,4 @@
-"""The serving tools' shared client pieces (gpu.tools.serve_load) against a local stand-in
+"""The serving tools' shared client pieces (gpu.lab.tools.serve_load) against a local stand-in
 server whose streamed chunks are known: ``stream`` returns their text in order, one arrival
 per chunk, the first chunk's time as TTFT and the last finish reason; ``record`` resumes a
 run's JSON and stamps it with the command that runs the tool."""
@@ -8,7 +8,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from gpu.tools.serve_load import record, stream
+from gpu.lab.tools.serve_load import record, stream
 
 CHUNKS = [{"choices": [{"delta": {"content": "The number"}, "finish_reason": None}]},
           {"choices": [{"delta": {"content": " is 42"}, "finish_reason": None}]},
@@ -47,7 +47,7 @@ def test_record_resumes_and_stamps_the_command(tmp_path):
     path, result = record(tmp_path, "tiny", "chat.json", "serve_chat", ["--turns", "2"],
                           model="tiny", seed=3)
     assert path == tmp_path / "tiny" / "chat.json" and path.parent.is_dir()
-    assert result["command"] == "python -m gpu.tools.serve_chat --turns 2"
+    assert result["command"] == "python -m gpu.lab.tools.serve_chat --turns 2"
     assert result["model"] == "tiny" and result["seed"] == 3 and "arms" not in result
     path.write_text(json.dumps({**result, "arms": {"stock": {"done": 1}}}))
     _, again = record(tmp_path, "tiny", "chat.json", "serve_chat", ["--turns", "4"], seed=5)

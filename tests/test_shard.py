@@ -1,4 +1,4 @@
-"""Sharding under torchrun (issue 20, gpu.eval.shard): two gloo ranks on the CPU each measure
+"""Sharding under torchrun (issue 20, gpu.lab.eval.shard): two gloo ranks on the CPU each measure
 a disjoint, seed-determined share of a tiny model's grid into their own journal (the maps
 fitted collectively), rank 0 merges them into the one report; a merge with a missing share,
 overlapping shares or another sharding's journal is refused."""
@@ -13,10 +13,10 @@ import textwrap
 import pytest
 import torch
 
-from gpu.eval.journal import Journal
-from gpu.eval.shard import Shard, merged_records
+from gpu.lab.eval.journal import Journal
+from gpu.lab.eval.shard import Shard, merged_records
 from gpu_fixtures import free_port
-from gpu.eval.units import Unit
+from gpu.lab.eval.units import Unit
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +25,10 @@ WORKER = textwrap.dedent('''
     from pathlib import Path
     import torch
     from gpu.core import models
-    from gpu.eval import harness as ev, minimodel
-    from gpu.eval.grid import EvalConfig
+    from gpu.lab.eval import harness as ev, minimodel
+    from gpu.lab.eval.grid import EvalConfig
     from gpu.core.config import PrefillConfig
-    from gpu.eval.instruments import Arm
+    from gpu.lab.eval.instruments import Arm
 
     torch.set_num_threads(1)
     root = Path(sys.argv[1])
@@ -50,7 +50,7 @@ WORKER = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    from gpu.eval import minimodel
+    from gpu.lab.eval import minimodel
 
     root = tmp_path_factory.mktemp("shard")
     minimodel.build(root / "tiny-llama")

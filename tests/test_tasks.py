@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu.eval.tasks import (
+from gpu.lab.eval.tasks import (
     TASKS,
     Needle,
     NeedleSample,
@@ -275,7 +275,7 @@ def test_score_is_ruler_fraction(answer, expected):
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=400), st.integers(0, 40), st.integers(0, 500))
 def test_largest_fitting_matches_linear_scan(costs, base, budget):
-    from gpu.eval.tasks import _largest_fitting
+    from gpu.lab.eval.tasks import _largest_fitting
 
     prefix = [base]
     for c in costs:
@@ -300,7 +300,7 @@ def test_paraphrased_needle_shares_no_four_word_run_with_its_question():
     """The held-out kind of needle: its question and answer prefix paraphrase it (no 4-word
     run in common), on real samples; RULER's own wording shares its key phrase (the checker
     bites: "special magic" twice, a 3-word run once the key is counted)."""
-    from gpu.eval.tasks import PARAPHRASED, make_sample, shared_run
+    from gpu.lab.eval.tasks import PARAPHRASED, make_sample, shared_run
 
     hay = " ".join(f"Sentence {i} tells of the river and the town." for i in range(400))
     for i in range(5):
@@ -313,4 +313,4 @@ def test_paraphrased_needle_shares_no_four_word_run_with_its_question():
     r = make_sample("niah_single_1", 512, 0, hay, lambda t: len(t.split()))
     assert shared_run(r.needles[0].text, r.question, 2)
     assert shared_run("a b c d e", "x b c d e", 4) and not shared_run("a b c d", "a b c x", 4)
-    assert set(PARAPHRASED) <= set(__import__("gpu.eval.tasks", fromlist=["x"]).TASK_CONFIG)
+    assert set(PARAPHRASED) <= set(__import__("gpu.lab.eval.tasks", fromlist=["x"]).TASK_CONFIG)

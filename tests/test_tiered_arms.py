@@ -1,4 +1,4 @@
-"""Issue 57's tiered arms in the frontier grid (gpu.eval.frontier, ``--tiered``): they exist
+"""Issue 57's tiered arms in the frontier grid (gpu.lab.eval.frontier, ``--tiered``): they exist
 only when asked, their configurations are what their names say, the split placeholders of
 ``keep`` resolve, the paper grid is unchanged without them, and each arm's MAC share counts
 the exact rows it selected and the selector's own scores (rfmath.cost's closed form)."""
@@ -15,9 +15,9 @@ from rfmath import cost
 
 from gpu.core.config import PrefillConfig
 from gpu.core.plan import Plan
-from gpu.eval import frontier as fr
-from gpu.eval.instruments import Arm, Session, ranking_macs
-from gpu.eval.options import TIERED_FILLS, FrontierOptions
+from gpu.lab.eval import frontier as fr
+from gpu.lab.eval.instruments import Arm, Session, ranking_macs
+from gpu.lab.eval.options import TIERED_FILLS, FrontierOptions
 
 NAME = re.compile(r"^(?P<keys>[a-z]+)(?:\.(?P<values>[a-z]+)-values)?\+attn(?P<pct>\d+)"
                   r"(?P<c>c?)@(?P<split>\d+)/t(?P<tail>\d+)$")
@@ -247,7 +247,7 @@ def test_tiered_arms_run_through_the_harness(tiny, tmp_path, monkeypatch):
     selected rows and its MAC share, and frontier.md carries the tiered table. More arms than
     a decoding batch holds decode in several batches, with the answers of one."""
     from gpu_fixtures import MINI_FIT_KW
-    from gpu.eval import instruments, minimodel
+    from gpu.lab.eval import instruments, minimodel
 
     o = FrontierOptions(models=(tiny["loaded"].name,), out_dir=tmp_path / "t", samples=1,
                         docs=0, lengths=(512,), tails=(1, 96), seed=0, timing_units=0,

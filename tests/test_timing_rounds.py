@@ -1,4 +1,4 @@
-"""gpu.eval.timing.time_arms: one untimed warm-up per sample, then rounds that alternate the
+"""gpu.lab.eval.timing.time_arms: one untimed warm-up per sample, then rounds that alternate the
 arms, each arm's best round kept (a fake session and a patched clock are the oracle)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gpu.core.config import PrefillConfig
-from gpu.eval import timing
-from gpu.eval.instruments import Arm
+from gpu.lab.eval import timing
+from gpu.lab.eval.instruments import Arm
 
 
 class FakeSession:

@@ -4,5 +4,5 @@
 ``models`` (loading) and ``adapters`` (one per architecture family), ``select`` (exact-row
 selectors), ``engine`` (orchestration), ``late`` (the per-layer late fill), ``attention``
 (masked attention kernels) and ``cache`` (cache helpers and decoding). Imports nothing from
-``gpu.maps.fit``, ``gpu.data``, ``gpu.eval`` or ``gpu.tools``.
+``gpu.maps.fit``, ``gpu.data``, ``gpu.lab.eval`` or ``gpu.lab.tools``.
 """

@@ -1,7 +1,7 @@
 """The built-in models' default split, tail, fill and rows, chosen by ``ridgefill advise``
 (paper section 9, steps 2-5).
 
-The rule comes before the numbers: it is gpu.tools.advise.recommend with the advisor's
+The rule comes before the numbers: it is gpu.lab.tools.advise.recommend with the advisor's
 default budget (filled-region retrieval at most 5 points below exact, key-token dNLL at most
 0.5 nats, both point estimates on held-out calibration text): the configurations that keep it
 on the advisor's frontier, cheapest first, are confirmed on more held-out needles, and the
@@ -12,8 +12,8 @@ the advice file shipped in this package, ``gpu/core/advice/<model>.json`` (packa
 through importlib.resources, so an installed wheel runs the same defaults as the repository):
 a byte-identical copy of the advisor's committed output, ``results/advise/<model>/advice.json``
 (command, seed and sample counts there; what was screened, confirmed and rerun:
-docs/advisor.md). A rerun of the advisor that changes the answer changes the default once its
-advice.json is copied here (tests/test_advice_package.py fails until it is).
+docs/advisor.md). A rerun of the advisor into the checkout's record rewrites this copy too
+(gpu.lab.tools.advise.ship; tests/test_advice_package.py checks the two are the same bytes).
 
 Where the defaults apply: ``RidgeFill.load`` / ``RidgeFill(...)``, ``ridgefill generate`` /
 ``serve``, ``prefill`` and the presses start from :func:`default_config` and apply the

@@ -15,7 +15,7 @@ from typing import Any
 from .fills import FILLS, MAP_KINDS, SOURCES, describe
 
 ROWS = ("none", "attention", "probe", "protected", "lexical", "combined", "random")
-# chosen by measurement: top of gpu.tools.selector_study's stated ranking on both
+# chosen by measurement: top of gpu.lab.tools.selector_study's stated ranking on both
 # built-in models, results/selectors/<model>/summary.md
 DEFAULT_ROWS = "lexical"
 RESCALES = ("values", "keys")

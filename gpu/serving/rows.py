@@ -45,7 +45,7 @@ class StepRows:
 
 # A request whose prefill starts with fewer prefix rows than this runs exact (vLLM's own
 # forward). Filling paid off at every size measured on the 0.5B in bf16 after a 4K cached
-# prefix, 1.15x for 32 new rows and 1.40-1.45x from 128 on (gpu.tools.fill_threshold,
+# prefix, 1.15x for 32 new rows and 1.40-1.45x from 128 on (gpu.lab.tools.fill_threshold,
 # results/serving/fill_threshold.json); below 32 the rows are too few to time apart from
 # the step's fixed costs, so they run as stock does
 MIN_FILL_ROWS = 32

@@ -1,0 +1,102 @@
+"""The tiered prefill study (issue 57, ``ridgefill eval frontier --tiered``): the rows an
+attention selector picks run exact to the top, every other prefix row is filled or dropped.
+
+At 1/3, 1/2 and 7/12 depth and POP's split, the shortest tail (one token): an exact share k of
+10/20/30% of the prefix chosen by the ``attention`` selector (lower-layer attention from the
+last 64 rows, gpu.core.select.AttentionRows), with and without span completion, every other
+prefix row filled (``kv``, ``ridge``, or keys and values from two fills, ``kv.identity``) or
+dropped (``none``: FastKV's / GemFilter's analogue with the same selection). Named
+``<fill>+attn<k%>[c]@<split>/t<tail>`` (gpu.lab.eval.grid.arm_name; ``c``: whole spans), e.g.
+``kv+attn20c@12/t1``, ``none+attn10@16/t1``, ``kv.identity-values+attn20c@16/t1``.
+
+Each filled arm is paired with its dropped twin (prediction 1); each arm is tested against the
+run's other arms at POP's split (the advised fill) at the 3-point margin (prediction 2) and
+against exact at :data:`MARGIN_TIERED_EXACT` (prediction 3). :class:`TieredArms` is
+gpu.lab.eval.frontier.Frontier's part that makes these arms and pairs."""
+from __future__ import annotations
+
+from ...core.config import PrefillConfig
+from ...core.fills import pair
+from .grid import SHARE_ROWS, arm_name, depth
+from .instruments import Arm
+from .report import MARGIN_POP
+
+TIERED_FRACTIONS = (1 / 3, 1 / 2, 7 / 12)  # of depth; POP's split joins them
+TIERED_SHARES = (0.10, 0.20, 0.30)
+TIERED_ROWS = SHARE_ROWS
+MARGIN_TIERED_EXACT = 5.0  # points: issue 57's moonshot, "within 5 RULER points of exact"
+
+
+class TieredArms:
+    """The tiered arms of a frontier grid (mixed into gpu.lab.eval.frontier.Frontier, whose
+    ``n_layers``, ``tails``, ``tiered``, ``tiered_fills``, ``pop`` and ``pop_native`` they
+    read)."""
+
+    @property
+    def third(self) -> int:
+        return depth(1 / 3, self.n_layers)
+
+    @property
+    def seven12(self) -> int:
+        return depth(7 / 12, self.n_layers)
+
+    @property
+    def tiered_splits(self) -> tuple[int, ...]:
+        """The tiered arms' splits: 1/3, 1/2 and 7/12 of depth and POP's."""
+        return tuple(sorted({depth(f, self.n_layers) for f in TIERED_FRACTIONS} | {self.pop}))
+
+    def tiered_arms(self) -> list[Arm]:
+        """Issue 57's grid: split x fill x exact share x span completion, the shortest tail."""
+        t1, out = min(self.tails), []
+        for s in self.tiered_splits:
+            for fill in self.tiered_fills:
+                keys, values = pair(fill)
+                for k in TIERED_SHARES:
+                    for c in (False, True):
+                        cfg = PrefillConfig(fill=keys, values_fill=values, split=s, tail=t1,
+                                            rows=TIERED_ROWS,
+                                            selector_options={"share": k, "complete": c})
+                        out.append(Arm(arm_name(keys, s, t1, TIERED_ROWS, values, k, c), cfg,
+                                       label=f"{fill}, split {s}, tail {t1}, {k:.0%} attention "
+                                             f"rows{', whole spans' if c else ''}"))
+        return out
+
+    def is_tiered(self, arm: Arm) -> bool:
+        """True for one of issue 57's tiered arms (attention rows at a share, no splice)."""
+        return (self.tiered and arm.rows == TIERED_ROWS and "share" in dict(arm.options)
+                and arm.splice is None and arm.check is None and arm.control is None)
+
+    def dropped_twin(self, arm: Arm) -> str:
+        """The name of a tiered arm's twin with its other prefix rows dropped (fill none)."""
+        o = dict(arm.options)
+        return arm_name("none", arm.split, arm.tail, TIERED_ROWS, share=o["share"],
+                        complete=bool(o.get("complete")))
+
+    def references(self, arms: list[Arm]) -> list[str]:
+        """What the tiered arms are tested against: every other arm of the run at POP's split
+        with the shortest tail and no rows, POP native aside (in the screen: the advised fill)."""
+        t1 = min(self.tails)
+        return [a.name for a in arms if not self.is_tiered(a) and a.split == self.pop
+                and a.tail == t1 and a.rows == "none" and a.name != self.pop_native
+                and a.splice is None and a.check is None and a.rescale is None]
+
+    def tiered_pairs(self, arms: list[Arm]) -> list[tuple[str, str]]:
+        """Each filled tiered arm against its dropped twin (issue 57's prediction 1), and each
+        tiered arm against each of :meth:`references` (prediction 2)."""
+        names, refs = {a.name for a in arms}, self.references(arms)
+        out = []
+        for a in arms:
+            if not self.is_tiered(a):
+                continue
+            twin = self.dropped_twin(a)
+            if a.fill != "none" and twin in names:
+                out.append((a.name, twin))
+            out += [(a.name, r) for r in refs]
+        return out
+
+    def tiered_tests(self, arms: list[Arm]) -> list[tuple[str, str, float]]:
+        """Each tiered arm non-inferior to each reference at the 3-point margin (issue 57's
+        prediction 2), and to exact at :data:`MARGIN_TIERED_EXACT` (prediction 3)."""
+        refs = set(self.references(arms))
+        return ([(a, b, MARGIN_POP) for a, b in self.tiered_pairs(arms) if b in refs]
+                + [(a.name, "exact", MARGIN_TIERED_EXACT) for a in arms if self.is_tiered(a)])
