@@ -12,6 +12,7 @@ CPU path users run; elsewhere the demo runs the project's engine (gpu.lab.tools.
 from __future__ import annotations
 
 import importlib.util
+import os
 import statistics
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from rfmodel.atomic import write_json
 
 from ...core import models
 from ...core.advised import default_config
-from ...serving.settings import check, default_dtype
+from ...serving.settings import all_cores, check, default_dtype
 from .bench_vllm import engines, first_token_seconds
 
 ARMS = ("stock", "advised")
@@ -48,6 +49,8 @@ def run(model: str, out: Path, requests: int, prompt, answer_tokens: int) -> dic
         raise ValueError(f"{name}'s advice is exact prefill: in vLLM that is stock vLLM; "
                          "run the demo on qwen2.5-coder-0.5b")
     check(cfg)
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())  # as `ridgefill serve`
     ids = prompt.ids[0].tolist()
     llms = engines(name, folder, {"advised": cfg}, len(ids) + answer_tokens, "bfloat16", ARMS)
     for llm in llms.values():  # warm-up, untimed
@@ -74,7 +77,7 @@ def report(record: dict, expected: str, out: Path) -> None:
           f"inside vLLM (keys {record['fill']}, values {record['values_fill']}, split "
           f"{record['split']}, tail {record['tail']}); {record['prompt_tokens']} prompt tokens")
     for arm, label in (("stock", "stock vLLM"), ("advised", "RidgeFill")):
-        print(f"{label + ' answer:':18}{' '.join(record['answers'][arm].split())}")
+        print(f"{label + ' answer:':20}{' '.join(record['answers'][arm].split())}")
     print(f"{'':22}{'stock vLLM':>20}  {'RidgeFill in vLLM':>20}")
     print(f"{'needle found':22}{str(found['stock']):>20}  {str(found['advised']):>20}")
     med = record["median_seconds"]
