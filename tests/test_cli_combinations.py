@@ -76,3 +76,21 @@ def test_every_maps_and_fill_answers_or_stops_with_one_line(model, tmp_path, mon
         0 if advised.ADVISED[model].get("split") else 2)
     assert all(outcomes["corrupt", f] == 2 for f in fills.MAP_KINDS)
     assert all(outcomes["other-model", f] == 2 for f in fills.MAP_KINDS)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_serve_refuses_maps_its_configuration_would_not_read(tmp_path):
+    """`ridgefill serve` chooses its configuration as generate does: maps given to a built-in
+    whose advice is exact prefill, or beside --fill exact, stop with the line that says what
+    to pass instead (before vLLM starts), and with --fill ridge they are served."""
+    from gpu.serving import serve
+
+    loaded = models.load("smollm2-135m", device="cpu")
+    maps = _random_maps(loaded, tmp_path / "maps.safetensors", loaded.n_layers // 2)
+    with pytest.raises(ValueError, match="exact prefill.*fill='ridge'"):
+        serve.command("smollm2-135m", maps=str(maps))
+    with pytest.raises(ValueError, match="fill='exact' reads no maps"):
+        serve.command("smollm2-135m", maps=str(maps), fill="exact")
+    argv, summary = serve.command("smollm2-135m", maps=str(maps), fill="ridge", dtype="float32")
+    assert "--hf-overrides" in argv and f"split {loaded.n_layers // 2}" in summary
