@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import statistics
@@ -35,6 +36,8 @@ from ..core.fills import MAP_KINDS
 from .files import save_maps
 from .fit_options import FitOptions
 from ..core.models import Loaded
+
+logger = logging.getLogger("ridgefill")
 
 BACKEND = "blocked"  # rfmodel.ridge: float32 block products summed in float64 (capture speed)
 
@@ -334,11 +337,11 @@ def fit(loaded: Loaded, opts: FitOptions, progress: bool = True) -> dict[int, Pa
     capture_s = time.perf_counter() - t0
     speed = throughput(loaded, timed)
     if progress and speed["capture_share_of_forward"] is not None:
-        tqdm.write(f"capture: {speed['capture_tokens_per_second']:.0f} tok/s; on "
-                   f"{len(speed['forward_tokens'])} of its documents "
-                   f"({'/'.join(map(str, speed['forward_tokens']))} tokens) "
-                   f"{100 * speed['capture_share_of_forward']:.0f}% of the model's own forward "
-                   "(median per document)")
+        logger.info("capture: %.0f tok/s; on %d of its documents (%s tokens) %.0f%% of the "
+                 "model's own forward (median per document)",
+                 speed["capture_tokens_per_second"], len(speed["forward_tokens"]),
+                 "/".join(map(str, speed["forward_tokens"])),
+                 100 * speed["capture_share_of_forward"])
     dist = _dist(loaded.model.device)
     if dist and dist.get_rank() != 0:
         dist.barrier()
