@@ -13,6 +13,7 @@ from gpu.core import batched
 from gpu.core.cache import read_by_someone
 from gpu.core.engine import Engine
 from gpu.core.plan import Plan
+from gpu.core.walk import Filling, Late
 from gpu.maps.files import load_maps, save_maps
 from gpu_fixtures import run_plan, DenseMaps, random_maps
 from test_press import FAMILIES, N, S, T, _ids, _shape, family_model
@@ -88,8 +89,10 @@ def test_the_batched_pass_writes_what_each_layer_would(family, tmp_path):
     x_split, _ = eng.lower(ids, S, None)
     computed = torch.as_tensor(plan.computed)
     filled = torch.as_tensor(plan.filled)
-    ctx = late.Late(eng.adapter, eng.predict_input, S, x_split, computed, filled, None, "ridge",
-                    tail_start=plan.n_prefix, predict_many=eng.predict_inputs)
+    filling = Filling(keys="ridge", sources={"ridge": eng.predict_input},
+                      predict_many=eng.predict_inputs)
+    ctx = Late.prefill(eng.adapter, S, x_split, computed, filled, None, filling,
+                       tail_start=plan.n_prefix)
     got = batched.entries(ctx)
     pieces = batched.entries(ctx, elements=1)  # 16 rows per stacked pass: the chunks join up
     assert got.keys() == pieces.keys() and all(

@@ -88,10 +88,11 @@ def predictions(ctx: Late, layers: tuple[int, ...], rows: torch.Tensor) -> torch
     for the identity fill and for layer S, one stacked product for the rest."""
     x = ctx.x_split[:, rows]
     mapped = tuple(l for l in layers if l != ctx.split)
-    if writes(ctx.fill) == "x_split" or not mapped:
+    f = ctx.filling
+    if writes(f.keys) == "x_split" or not mapped:
         return x.expand(len(layers), *x.shape)
-    pred = (ctx.predict_many(mapped, x) if ctx.predict_many is not None
-            else torch.stack([ctx.predict(l, x) for l in mapped]))
+    pred = (f.predict_many(mapped, x) if f.predict_many is not None
+            else torch.stack([f.predictor(f.keys)(l, x) for l in mapped]))
     return pred if len(mapped) == len(layers) else torch.cat([x[None], pred])
 
 

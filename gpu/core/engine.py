@@ -29,6 +29,7 @@ from .cache import as_stock, layer_input, layer_inputs
 from .compiled import compiled as compiled_adapter
 from .config import PrefillConfig, kind_of
 from .fills import SOURCES
+from .walk import Filling, Late
 from .extras import NONE, Extras
 from .plan import Plan
 
@@ -279,16 +280,15 @@ class Engine:
         stats: dict = {}
         adapter = compiled_adapter(self.adapter) if cfg.compile else self.adapter
         main = sources.get(fill)  # None: identity (x_S itself) or no fill
-        ctx = late.Late(adapter, late.predict_of(main), plan.split, x_split, computed, filled, cache,
-                        fill if fill in SOURCES else None,
-                        tail_start=plan.n_prefix, rescale=cfg.rescale,
-                        rescale_rows=cfg.rescale_rows, splice=extras.splice,
-                        exact_cache=extras.exact_cache, skip_unread=cfg.skip_unread,
-                        correction=deltas, stats=stats,
-                        batched=cfg.batched_on(self.model.device),
-                        predict_many=getattr(main, "predict_stacked", None),
-                        values_fill=values_fill if values_fill != fill else None,
-                        sources={k: m.predict for k, m in sources.items()})
+        filling = Filling(keys=fill if fill in SOURCES else None,
+                          values=values_fill if values_fill != fill else None,
+                          sources={k: m.predict for k, m in sources.items()},
+                          predict_many=getattr(main, "predict_stacked", None),
+                          rescale=cfg.rescale, rescale_rows=cfg.rescale_rows,
+                          splice=extras.splice, exact_cache=extras.exact_cache,
+                          correction=deltas, batched=cfg.batched_on(self.model.device))
+        ctx = Late.prefill(adapter, plan.split, x_split, computed, filled, cache, filling,
+                           tail_start=plan.n_prefix, skip_unread=cfg.skip_unread, stats=stats)
         h = late.run(ctx, x_split[:, computed])
         visible = None
         if fill == "none":  # filled rows have no late-layer entry; decoding must not see them
@@ -373,9 +373,8 @@ class Feeder:
             logits = eng.model(input_ids=ids, cache=self.cache, use_cache=True).logits[0, -1]
         else:
             x_split, _ = eng.lower(ids, self.split, self.cache)
-            one = torch.zeros(1, dtype=torch.long, device=ids.device)
-            ctx = late.Late(eng.adapter, eng.predict_input, self.split, x_split, one, one[:0],
-                            self.cache, None, base=self.n, visible=self.visible)
+            ctx = Late.step(eng.adapter, self.split, x_split, self.cache, base=self.n,
+                            visible=self.visible)
             h = late.run(ctx, x_split)
             self.visible = torch.cat([self.visible, self.visible.new_ones(1)])
             logits = eng.adapter.logits(h)[0, -1]

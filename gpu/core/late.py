@@ -19,7 +19,7 @@ from .adapters import Adapter
 from .attention import attention_probs, masked_attention
 from .cache import exact_entries, read_by_someone
 from .config import batched_by_default
-from .walk import Late, Predict
+from .walk import Late
 from .fills import INPUT_FILLS, writes
 
 # A direct cache-entry map (kv) writes keys and values with no norm after it, so a row whose
@@ -41,10 +41,10 @@ def sink_rows(x_split: torch.Tensor, filled) -> np.ndarray:
 
 def run(ctx: Late, h: torch.Tensor) -> torch.Tensor:
     """Layers split..L-1; returns the computed rows' hidden state after the last layer."""
-    on = batched_by_default(ctx.x_split.device) if ctx.batched is None else ctx.batched
-    ready = (batched.entries(ctx) if on and ctx.writes_filled and ctx.rescale is None
-             and ctx.splice is None and ctx.fill in INPUT_FILLS and ctx.values_fill is None
-             else {})
+    f = ctx.filling
+    on = batched_by_default(ctx.x_split.device) if f.batched is None else f.batched
+    ready = (batched.entries(ctx) if on and ctx.writes_filled and f.rescale is None
+             and f.splice is None and f.keys in INPUT_FILLS and f.values is None else {})
     for layer in range(ctx.split, ctx.adapter.n_layers):
         if ctx.adapter.layer_info(layer).kind == "gdn":
             h = gdn_layer(ctx, layer, h)
@@ -57,16 +57,17 @@ def filled_entries(ctx: Late, layer: int, rows: torch.Tensor, h: torch.Tensor, n
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values (1, Hkv, n_rows, D) the filled ``rows`` write into ``layer``: the
     layer's own norm and K/V projections of the prediction, then a rescale or a splice."""
-    kf, vf = source_entries(ctx, ctx.fill, layer, rows, norm, cos[:, rows], sin[:, rows])
-    if ctx.values_fill is not None:  # per-component sources: values from another fill
-        _, vf = source_entries(ctx, ctx.values_fill, layer, rows, norm, cos[:, rows], sin[:, rows])
-    if ctx.rescale is not None:
+    f = ctx.filling
+    kf, vf = source_entries(ctx, f.keys, layer, rows, norm, cos[:, rows], sin[:, rows])
+    if f.values is not None:  # per-component sources: values from another fill
+        _, vf = source_entries(ctx, f.values, layer, rows, norm, cos[:, rows], sin[:, rows])
+    if f.rescale is not None:
         kf, vf = rescaled(ctx, layer, h, norm, cos, sin, kf, vf)
-    if ctx.splice is not None:
-        ek, ev = exact_entries(ctx.exact_cache.layers[layer], rows)
-        if ctx.splice in ("keys", "both"):
+    if f.splice is not None:
+        ek, ev = exact_entries(f.exact_cache.layers[layer], rows)
+        if f.splice in ("keys", "both"):
             kf = ek
-        if ctx.splice in ("values", "both"):
+        if f.splice in ("values", "both"):
             vf = ev
     return kf, vf
 
@@ -80,9 +81,7 @@ def source_entries(ctx: Late, source: str, layer: int, rows: torch.Tensor, norm,
     x = ctx.x_split[:, rows]
     if writes(source) == "x_split" or layer == ctx.split:
         return ctx.adapter.keys_values(layer, norm(x), cos, sin)
-    predict = ctx.sources.get(source, ctx.predict if source == ctx.fill else None)
-    if predict is None:
-        raise ValueError(f"fill {source!r} needs maps of kind {source!r} for this walk")
+    predict = ctx.filling.predictor(source)
     if writes(source) == "entries":
         return ctx.adapter.project_entries(layer, predict(layer, x), cos, sin)
     return ctx.adapter.keys_values(layer, norm(predict(layer, x)), cos, sin)
@@ -163,7 +162,7 @@ def gdn_layer(ctx: Late, layer: int, h: torch.Tensor) -> torch.Tensor:
     is_filled = torch.ones(rows.numel(), dtype=torch.bool, device=rows.device)
     is_filled[torch.searchsorted(rows, computed)] = False
     cut = int((rows < ctx.tail_start).sum())  # rows present before the end of the prefix
-    dM = ctx.correction.get(layer) if ctx.correction is not None else None
+    dM = ctx.filling.correction.get(layer) if ctx.filling.correction is not None else None
     if dM is None or cache is None or not bool(is_filled[:cut].any()):
         mixed = ad.mix(layer, normed, cache)
     else:
@@ -197,14 +196,15 @@ def rescaled(ctx: Late, layer: int, h: torch.Tensor, norm, cos, sin, kf: torch.T
     """Value/key rescale (paper 2.3): per KV head, the ratio of the exact to the predicted
     norm averaged over the first ``rescale_rows`` tail rows, applied to the filled entries."""
     ad, computed = ctx.adapter, ctx.computed
-    tail_rows = computed[computed >= ctx.tail_start][:ctx.rescale_rows]
+    f = ctx.filling
+    tail_rows = computed[computed >= ctx.tail_start][:f.rescale_rows]
     take = torch.searchsorted(computed, tail_rows)
     k_ex, v_ex = ad.keys_values(layer, norm(h[:, take]), cos[:, tail_rows], sin[:, tail_rows])
-    k_pr, _ = source_entries(ctx, ctx.fill, layer, tail_rows, norm, cos[:, tail_rows],
+    k_pr, _ = source_entries(ctx, f.keys, layer, tail_rows, norm, cos[:, tail_rows],
                              sin[:, tail_rows])
-    _, v_pr = source_entries(ctx, ctx.values_fill or ctx.fill, layer, tail_rows, norm,
+    _, v_pr = source_entries(ctx, f.values or f.keys, layer, tail_rows, norm,
                              cos[:, tail_rows], sin[:, tail_rows])
-    if ctx.rescale == "values":
+    if f.rescale == "values":
         scale = (v_ex.norm(dim=-1) / v_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
         return kf, vf * scale[..., None, None]
     scale = (k_ex.norm(dim=-1) / k_pr.norm(dim=-1).clamp_min(1e-12)).mean(-1)
@@ -246,15 +246,4 @@ def every_row_exact(adapter: Adapter, split: int, x_split: torch.Tensor,
                     cache: DynamicCache | None) -> torch.Tensor:
     """The late walk with every row of ``x_split`` (1, n, C) computed and none filled: the
     engine's own late path, which must match the stock forward (the equivalence tests)."""
-    rows = torch.arange(x_split.shape[1], device=x_split.device)
-    ctx = Late(adapter, no_prediction, split, x_split, rows, rows[:0], cache, None)
-    return run(ctx, x_split)
-
-
-def predict_of(maps) -> Predict:
-    """A map set's ``predict``, or :func:`no_prediction` where none was given (identity, none)."""
-    return maps.predict if maps is not None else no_prediction
-
-
-def no_prediction(layer: int, x: torch.Tensor) -> torch.Tensor:
-    raise AssertionError("a walk without filled rows never predicts")
+    return run(Late.step(adapter, split, x_split, cache, base=0), x_split)

@@ -16,6 +16,7 @@ from transformers import DynamicCache
 from rfmodel import selectors as rs
 
 from . import late
+from .walk import Filling, Late
 from .attention import attention_probs
 from .config import ROWS
 from .plan import Plan
@@ -207,11 +208,12 @@ class ProbeRows(Selector):
         if end <= n_p:  # blind, question longer than the tail: no probe row before it
             return received.cpu().numpy().astype(np.float64)
         probe = torch.arange(max(end - self.probe_window, n_p), end, device=device)
-        sweep = late.Late(ctx.engine.adapter, ctx.engine.predict_input, ctx.plan.split, ctx.x_split,
-                          probe, torch.arange(n_p, device=device), None,
-                          "identity" if ctx.fill == "identity" else "ridge",
-                          tail_start=int(probe.min()), received=received,
+        keys = "identity" if ctx.fill == "identity" else "ridge"
+        filling = Filling(keys=keys, sources={"ridge": ctx.engine.predict_input},
                           predict_many=ctx.engine.predict_inputs)
+        sweep = Late.prefill(ctx.engine.adapter, ctx.plan.split, ctx.x_split, probe,
+                             torch.arange(n_p, device=device), None, filling,
+                             tail_start=int(probe.min()), received=received)
         late.run(sweep, ctx.x_split[:, probe])
         return received.cpu().numpy().astype(np.float64)
 

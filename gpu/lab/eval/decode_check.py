@@ -27,6 +27,7 @@ import torch
 from rfmodel.selectors import complete_spans
 
 from ...core import late
+from ...core.walk import Late
 from ...core.config import PrefillConfig
 from ...core.engine import Engine, Feeder, Prefill
 from ...core.extras import Extras
@@ -62,9 +63,8 @@ class CheckedFeeder:
         eng = self.engine
         ids = torch.tensor([tokens], device=eng.model.device)
         x_split, _ = eng.lower(ids, self.plan.split, self.pre.cache)
-        rows = torch.arange(len(tokens), device=ids.device)
-        ctx = late.Late(eng.adapter, eng.predict_input, self.plan.split, x_split, rows, rows[:0],
-                        self.pre.cache, None, base=self.n, received=received)
+        ctx = Late.step(eng.adapter, self.plan.split, x_split, self.pre.cache, base=self.n,
+                        received=received)
         h = late.run(ctx, x_split)
         self.n += len(tokens)
         return h[:, -1:]
