@@ -94,3 +94,7 @@ def test_serve_refuses_maps_its_configuration_would_not_read(tmp_path):
         serve.command("smollm2-135m", maps=str(maps), fill="exact")
     argv, summary = serve.command("smollm2-135m", maps=str(maps), fill="ridge", dtype="float32")
     assert "--hf-overrides" in argv and f"split {loaded.n_layers // 2}" in summary
+    other = _random_maps(loaded, tmp_path / "other.safetensors", loaded.n_layers // 2,
+                         fingerprint="0" * 16)
+    with pytest.raises(ValueError, match="were fitted for model .* not this model"):
+        serve.command("smollm2-135m", maps=str(other), fill="ridge")

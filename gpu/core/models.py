@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,8 +180,7 @@ def fingerprint(model: nn.Module) -> str:
     the dtype and device it was loaded at: 64 embedding rows spread over the vocabulary and
     strided rows of the last decoder layer's first weight matrix (so a fine-tune and its base
     differ), each rounded to bf16 (a bf16 load of fp32 weights rounds the same way)."""
-    cfg = {k: v for k, v in sorted(model.config.to_dict().items()) if k not in UNTIED_KEYS}
-    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    h = _config_hash(model.config)
     emb = model.get_input_embeddings().weight
     h.update(_canonical(emb[torch.linspace(0, emb.shape[0] - 1, 64).long().to(emb.device)]))
     last = for_model(model).layers[-1]
@@ -188,6 +188,37 @@ def fingerprint(model: nn.Module) -> str:
     if weight is not None:
         h.update(_canonical(weight[:: max(weight.shape[0] // 16, 1)]))
     return h.hexdigest()[:16]
+
+
+def folder_fingerprint(folder: str | Path) -> str | None:
+    """:func:`fingerprint` of the model in a Hugging Face ``folder``, read from its config and
+    safetensors without building the model (how ``ridgefill serve`` checks maps before vLLM
+    loads the weights); None where the tensors are not named as transformers names them."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder)
+    handles = [safe_open(str(f), "pt") for f in sorted(Path(folder).glob("*.safetensors"))]
+    where = {k: f for f in handles for k in f.keys()}
+    emb = next((k for k in where if k.endswith("embed_tokens.weight")), None)
+    if emb is None:
+        return None
+    h = _config_hash(config)
+    table = where[emb].get_slice(emb)
+    rows = torch.linspace(0, table.get_shape()[0] - 1, 64).long().tolist()
+    h.update(_canonical(torch.stack([table[i:i + 1][0] for i in rows])))
+    last = re.compile(rf"(?:.*\.)?layers\.{config.get_text_config().num_hidden_layers - 1}\.(.*)")
+    weights = sorted((m.group(1), k) for k in where if (m := last.fullmatch(k))
+                     and len(where[k].get_slice(k).get_shape()) == 2)
+    if weights:
+        weight = where[weights[0][1]].get_tensor(weights[0][1])
+        h.update(_canonical(weight[:: max(weight.shape[0] // 16, 1)]))
+    return h.hexdigest()[:16]
+
+
+def _config_hash(config):
+    cfg = {k: v for k, v in sorted(config.to_dict().items()) if k not in UNTIED_KEYS}
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
 
 
 def _canonical(t: torch.Tensor) -> bytes:

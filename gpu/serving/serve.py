@@ -57,21 +57,27 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
 
 def served_maps(name: str, folder: Path, config, maps):
     """The configuration with its split resolved and the maps it reads, checked against the
-    model's weights: the given file, or a built-in's cached maps (fitted once if missing)."""
+    model's weights (their fingerprint read from the folder's safetensors, not by loading the
+    model, which vLLM then does): the given file, or a built-in's shipped or cached maps
+    (fitted once if missing)."""
     if not config.needs_maps:
-        n_layers = json.loads((Path(folder) / "config.json").read_text())["num_hidden_layers"]
-        return config.resolve(int(n_layers)), maps
+        return config.resolve(_n_layers(folder)), maps
     if maps is None:
         if config.split is None or name not in models.BUILTINS:
             raise ValueError(f"fill={config.fill!r} needs maps: give --maps FILE (fit them "
                              f"with `ridgefill fit --model {name}`)")
         (kind,) = config.map_kinds
         maps = cached_maps(name, config.split, kind)
-    import torch
-    loaded = models.load(str(folder) if name not in models.BUILTINS else name, device="cpu",
-                         dtype=torch.bfloat16)
-    found = load_maps(maps, loaded.model, split=config.split)
-    return config.resolve(loaded.n_layers, found), str(Path(maps).resolve())
+    fingerprint = models.folder_fingerprint(folder)
+    if fingerprint is None:  # tensors named otherwise: build the model to read its weights
+        fingerprint = models.load(str(folder), device="cpu").fingerprint()
+    found = load_maps(maps, split=config.split, fingerprint=fingerprint)
+    return config.resolve(_n_layers(folder), found), str(Path(maps).resolve())
+
+
+def _n_layers(folder: Path) -> int:
+    from transformers import AutoConfig
+    return int(AutoConfig.from_pretrained(folder).get_text_config().num_hidden_layers)
 
 
 def become_vllm(argv: list[str], extra: tuple[str, ...]) -> None:
