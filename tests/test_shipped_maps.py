@@ -75,3 +75,11 @@ def test_the_manifest_command_refits_the_shipped_maps(tmp_path, name, entry):
     for layer in shipped.meta["layers"]:
         a, b = (m.matrix(layer)[0].float() for m in (shipped, refit))
         assert float((a - b).norm() / a.norm()) < 0.02, layer
+
+
+@pytest.mark.parametrize("model", sorted(models.BUILTINS))
+def test_every_builtin_whose_advice_reads_maps_ships_them(model):
+    """A newcomer's first generate or serve of any built-in starts without fitting."""
+    config = advised.default_config(model)
+    for kind in config.map_kinds:
+        assert cached.shipped_path(model, config.split, kind) is not None, (model, kind)
