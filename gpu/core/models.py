@@ -180,14 +180,11 @@ def fingerprint(model: nn.Module) -> str:
     the dtype and device it was loaded at: 64 embedding rows spread over the vocabulary and
     strided rows of the last decoder layer's first weight matrix (so a fine-tune and its base
     differ), each rounded to bf16 (a bf16 load of fp32 weights rounds the same way)."""
-    h = _config_hash(model.config)
     emb = model.get_input_embeddings().weight
-    h.update(_canonical(emb[torch.linspace(0, emb.shape[0] - 1, 64).long().to(emb.device)]))
     last = for_model(model).layers[-1]
     weight = next((w for _, w in sorted(last.named_parameters()) if w.ndim == 2), None)
-    if weight is not None:
-        h.update(_canonical(weight[:: max(weight.shape[0] // 16, 1)]))
-    return h.hexdigest()[:16]
+    return _fingerprint(model.config, lambda rows: emb[rows.to(emb.device)], emb.shape[0],
+                        weight)
 
 
 def folder_fingerprint(folder: str | Path) -> str | None:
@@ -203,22 +200,27 @@ def folder_fingerprint(folder: str | Path) -> str | None:
     emb = next((k for k in where if k.endswith("embed_tokens.weight")), None)
     if emb is None:
         return None
-    h = _config_hash(config)
     table = where[emb].get_slice(emb)
-    rows = torch.linspace(0, table.get_shape()[0] - 1, 64).long().tolist()
-    h.update(_canonical(torch.stack([table[i:i + 1][0] for i in rows])))
     last = re.compile(rf"(?:.*\.)?layers\.{config.get_text_config().num_hidden_layers - 1}\.(.*)")
     weights = sorted((m.group(1), k) for k in where if (m := last.fullmatch(k))
                      and len(where[k].get_slice(k).get_shape()) == 2)
-    if weights:
-        weight = where[weights[0][1]].get_tensor(weights[0][1])
+    weight = where[weights[0][1]].get_tensor(weights[0][1]) if weights else None
+    def rows(indices: torch.Tensor) -> torch.Tensor:
+        return torch.stack([table[i:i + 1][0] for i in indices.tolist()])
+
+    return _fingerprint(config, rows, table.get_shape()[0], weight)
+
+
+def _fingerprint(config, embedding_rows: Callable, vocab: int,
+                 weight: torch.Tensor | None) -> str:
+    """The hash both fingerprints compute: the config less its load keys, 64 embedding rows
+    spread over the vocabulary (``embedding_rows(indices)``), strided rows of ``weight``."""
+    cfg = {k: v for k, v in sorted(config.to_dict().items()) if k not in UNTIED_KEYS}
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    h.update(_canonical(embedding_rows(torch.linspace(0, vocab - 1, 64).long())))
+    if weight is not None:
         h.update(_canonical(weight[:: max(weight.shape[0] // 16, 1)]))
     return h.hexdigest()[:16]
-
-
-def _config_hash(config):
-    cfg = {k: v for k, v in sorted(config.to_dict().items()) if k not in UNTIED_KEYS}
-    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
 
 
 def _canonical(t: torch.Tensor) -> bytes:

@@ -83,10 +83,10 @@ def choose_config(model: str = "", maps=None, config: PrefillConfig | None = Non
         if advice is not None:
             announce(advice)
         config = default_config(model, advice, **settings)
-    if maps is not None and config.fill == "exact" and chosen:
-        raise ValueError("fill='exact' reads no maps: leave them out (CLI: drop --maps), or "
-                         "choose a fill that reads them (e.g. fill='ridge')")
     if maps is not None and config.fill == "exact":
+        if chosen:
+            raise ValueError("fill='exact' reads no maps: leave them out (CLI: drop --maps), or "
+                             "choose a fill that reads them (e.g. fill='ridge')")
         raise ValueError(
             f"maps were given, but the configuration{f' of {model}' if model else ''} is exact "
             "prefill (fill='exact'; for a built-in model, its advice when no fill kept the "

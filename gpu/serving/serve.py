@@ -17,7 +17,7 @@ from ..core import models
 from ..maps.advice import choose_config
 from ..maps.cached import cached_maps
 from ..maps.files import load_maps
-from .settings import all_cores, check, default_dtype, model_type, overrides, ranks_of
+from .settings import check, default_dtype, engine_env, model_type, overrides, ranks_of
 
 # the KV cache's size when the caller gives neither --kv-cache-memory-bytes nor
 # --gpu-memory-utilization (on the CPU the latter reserves 92% of the machine's memory and
@@ -83,7 +83,4 @@ def _n_layers(folder: Path) -> int:
 def become_vllm(argv: list[str], extra: tuple[str, ...]) -> None:
     """Replace this process with ``vllm serve`` ``argv`` (from :func:`command`; no return),
     one core group bound per tensor-parallel rank of ``extra``."""
-    env = dict(os.environ)
-    env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores(ranks_of(extra)))
-    os.execve(argv[0], argv, env)
+    os.execve(argv[0], argv, {**engine_env(ranks_of(extra)), **os.environ})

@@ -51,6 +51,20 @@ def all_cores(ranks: int = 1) -> str:
     return "|".join(",".join(map(str, g)) for g in groups)
 
 
+def engine_env(ranks: int = 1) -> dict[str, str]:
+    """The environment a vLLM CPU engine of this project runs in unless the caller set it:
+    workers spawned (a forked worker inherits torch's thread pools) and OpenMP threads bound
+    over every core, one group per tensor-parallel rank (:func:`all_cores`)."""
+    return {"VLLM_WORKER_MULTIPROC_METHOD": "spawn", "VLLM_CPU_OMP_THREADS_BIND": all_cores(ranks)}
+
+
+def use_engine_env(ranks: int = 1) -> None:
+    """:func:`engine_env` in this process's environment, where it is not set already (for
+    engines this process starts itself, ``vllm.LLM``)."""
+    for key, value in engine_env(ranks).items():
+        os.environ.setdefault(key, value)
+
+
 def ranks_of(args: tuple[str, ...] | list[str]) -> int:
     """The tensor-parallel size a ``vllm serve`` argument list asks for (1 when none)."""
     args = list(args)

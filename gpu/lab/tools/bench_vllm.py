@@ -34,7 +34,7 @@ from ...core.archspec import arch_of
 from ...core.config import PrefillConfig
 from ...core.fills import cost_arm
 from ...maps.cached import cached_maps
-from ...serving.settings import all_cores, default_dtype, overrides
+from ...serving.settings import default_dtype, overrides, use_engine_env
 from .bench_options import VLLM_ARMS, BenchOptions
 from .bench_records import cpu, merged, prior_records
 from .bench import prompt_ids
@@ -170,8 +170,7 @@ def _key(r: dict) -> tuple:
 
 def run(opts: BenchOptions) -> int:
     """Every model at its lengths; bench.json rewritten after every record (resumable)."""
-    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
+    use_engine_env()
     dtype = DTYPES[opts.dtype] if opts.dtype else default_dtype()
     out = Path(opts.out_dir) / "vllm"
     path = out / f"bench-{dtype}.json"

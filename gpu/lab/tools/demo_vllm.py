@@ -12,7 +12,6 @@ CPU path users run; elsewhere the demo runs the project's engine (gpu.lab.tools.
 from __future__ import annotations
 
 import importlib.util
-import os
 import statistics
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from rfmodel.atomic import write_json
 
 from ...core import models
 from ...core.advised import default_config
-from ...serving.settings import all_cores, check, default_dtype
+from ...serving.settings import check, default_dtype, use_engine_env
 from .bench_vllm import engines, first_token_seconds
 
 ARMS = ("stock", "advised")
@@ -49,8 +48,7 @@ def run(model: str, out: Path, requests: int, prompt, answer_tokens: int) -> dic
         raise ValueError(f"{name}'s advice is exact prefill: in vLLM that is stock vLLM; "
                          "run the demo on qwen2.5-coder-0.5b")
     check(cfg)
-    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())  # as `ridgefill serve`
+    use_engine_env()  # as `ridgefill serve` runs vLLM
     ids = prompt.ids[0].tolist()
     llms = engines(name, folder, {"advised": cfg}, len(ids) + answer_tokens, "bfloat16", ARMS)
     for llm in llms.values():  # warm-up, untimed

@@ -27,7 +27,7 @@ from ...core import models
 from ...core.advised import default_config
 from ...data import corpus
 from ...serving.serve import served_maps
-from ...serving.settings import all_cores, default_dtype, overrides
+from ...serving.settings import default_dtype, overrides, use_engine_env
 
 OFF = 1 << 30          # a threshold no step reaches: every row exact, vLLM's own forward
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("results/serving/fill_threshold.json"))
     a = p.parse_args(argv)
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
+    use_engine_env()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model pickles
     from transformers import AutoTokenizer
@@ -88,5 +88,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     sys.exit(main())

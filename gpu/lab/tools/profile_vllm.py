@@ -29,7 +29,7 @@ from pathlib import Path
 from rfmodel.atomic import write_json
 
 from ...core.models import DTYPES
-from ...serving.settings import all_cores, overrides
+from ...serving.settings import overrides, use_engine_env
 
 STAGES = ("ridgefill.lower", "ridgefill.fill", "ridgefill.exact_rows")
 ARMS = ("stock-one-pass", "stock-eager", "advised")
@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(format="%(message)s")  # the maps it finds or fits (gpu.maps.files)
     logging.getLogger("ridgefill").setLevel(logging.INFO)
-    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", all_cores())
+    use_engine_env()
     run(a.model, a.length, DTYPES[a.dtype], a.out_dir)
     return 0
 

@@ -25,7 +25,7 @@ from rfmodel.atomic import write_json
 from ...core import models
 from ...data import corpus
 from ..eval import tasks
-from .serve_load import ARMS, record, serving, stream
+from .serve_load import ARMS, record, serving, stream, tokenizer_of, tool_args
 
 QUESTIONS = ("Summarize the text above in two sentences.",
              "Which places or people does the text mention? Name three.",
@@ -112,21 +112,13 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--conversations", type=int, default=5)
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--length", type=int, default=4096, help="the document's tokens")
     p.add_argument("--max-tokens", type=int, default=32, help="each answer's length cap")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--port", type=int, default=8124)
-    p.add_argument("--out-dir", type=Path, default=Path("results/serving"))
-    p.add_argument("serve_args", nargs=argparse.REMAINDER,
-                   help="after --: flags for both servers (`ridgefill serve`)")
+    tool_args(p, 8124, servers=True)
     a = p.parse_args(argv)
-    from transformers import AutoTokenizer
-
-    name, folder = models.resolve(a.model)
-    tok = AutoTokenizer.from_pretrained(folder)
+    name, tok = tokenizer_of(a.model)
     convs = conversations(tok, a.conversations, a.length, a.seed)
     warm = conversations(tok, 1, a.length, a.seed + 999)[0]  # a document no conversation uses
     path, result = record(a.out_dir, name, "chat.json", "serve_chat", argv, model=name,

@@ -147,23 +147,37 @@ def record(out_dir: Path, model: str, filename: str, tool: str, argv: list[str] 
     return path, result
 
 
+def tool_args(p: argparse.ArgumentParser, port: int, servers: bool = False) -> None:
+    """The serving tools' shared flags, after each tool's own: --model, --seed, --port,
+    --out-dir, and with ``servers`` the flags after ``--`` that both servers get."""
+    p.add_argument("--model", default="qwen2.5-coder-0.5b")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--out-dir", type=Path, default=Path("results/serving"))
+    if servers:
+        p.add_argument("serve_args", nargs=argparse.REMAINDER,
+                       help="after --: flags for both servers (`ridgefill serve`)")
+
+
+def tokenizer_of(model: str):
+    """(built-in name, its tokenizer) of ``model``."""
+    from transformers import AutoTokenizer
+
+    name, folder = models.resolve(model)
+    return name, AutoTokenizer.from_pretrained(folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--requests", type=int, default=16, help="prompts per load level")
     p.add_argument("--load-lengths", type=int, nargs=2, default=(2048, 4096))
     p.add_argument("--concurrency", type=int, nargs="*", default=(1, 4, 8),
                    help="load levels (none: quality only)")
     p.add_argument("--needles", type=int, default=120, help="quality prompts (0: none)")
     p.add_argument("--length", type=int, default=2048, help="quality prompts' length")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--port", type=int, default=8123)
-    p.add_argument("--out-dir", type=Path, default=Path("results/serving"))
+    tool_args(p, 8123)
     a = p.parse_args(argv)
-    from transformers import AutoTokenizer
-
-    name, folder = models.resolve(a.model)
-    tok = AutoTokenizer.from_pretrained(folder)
+    name, tok = tokenizer_of(a.model)
     short, long_ = a.load_lengths
     # every level its own prompts: stock vLLM caches prefixes, a repeated prompt would not be
     # prefilled again

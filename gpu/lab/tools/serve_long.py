@@ -18,7 +18,6 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -26,7 +25,7 @@ from tqdm import tqdm
 from rfmodel.atomic import write_json
 
 from ...core import models
-from .serve_load import ARMS, needle_prompts, record, serving, stream
+from .serve_load import ARMS, needle_prompts, record, serving, stream, tokenizer_of, tool_args
 
 SHORT = "Write a long story about a lighthouse keeper, at least 600 words."
 
@@ -59,19 +58,11 @@ def interference(port: int, model: str, prompt: str, decode: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--lengths", type=int, nargs="+", default=(16384, 32768))
     p.add_argument("--decode", type=int, default=600, help="the decoding client's tokens")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--port", type=int, default=8125)
-    p.add_argument("--out-dir", type=Path, default=Path("results/serving"))
-    p.add_argument("serve_args", nargs=argparse.REMAINDER,
-                   help="after --: flags for both servers (`ridgefill serve`)")
+    tool_args(p, 8125, servers=True)
     a = p.parse_args(argv)
-    from transformers import AutoTokenizer
-
-    name, folder = models.resolve(a.model)
-    tok = AutoTokenizer.from_pretrained(folder)
+    name, tok = tokenizer_of(a.model)
     path, result = record(a.out_dir, name, "long.json", "serve_long", argv, model=name,
                           seed=a.seed, processor=models.cpu_info()[0])
     extra = tuple(x for x in a.serve_args if x != "--")

@@ -19,7 +19,6 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -29,7 +28,7 @@ from rfmodel.atomic import write_json
 from ...core import models
 from ..eval import tasks
 from .serve_chat import conversations
-from .serve_load import ARMS, record, serving, stream
+from .serve_load import ARMS, record, serving, stream, tokenizer_of, tool_args
 
 REPLY = "I have read the document. Ask me anything about it."
 
@@ -87,19 +86,13 @@ def run_level(port: int, model: str, reqs: list[dict], concurrency: int,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--conversations", type=int, default=8, help="new documents per level")
     p.add_argument("--lengths", type=int, nargs="+", default=(1024, 2048, 4096, 8192))
     p.add_argument("--concurrency", type=int, nargs="+", default=(1, 4, 8))
     p.add_argument("--max-tokens", type=int, default=24)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--port", type=int, default=8126)
-    p.add_argument("--out-dir", type=Path, default=Path("results/serving"))
+    tool_args(p, 8126)
     a = p.parse_args(argv)
-    from transformers import AutoTokenizer
-
-    name, folder = models.resolve(a.model)
-    tok = AutoTokenizer.from_pretrained(folder)
+    name, tok = tokenizer_of(a.model)
     levels = {c: requests(tok, a.conversations, a.lengths, a.seed + 1000 * (k + 1))
               for k, c in enumerate(a.concurrency)}
     path, result = record(a.out_dir, name, "traffic.json", "serve_traffic", argv, model=name,
