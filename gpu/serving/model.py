@@ -23,6 +23,7 @@ builder builds it. Engine modes the classes cannot run are refused when the clas
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 import torch
@@ -43,7 +44,10 @@ from ..core.late import sink_rows
 from ..maps.files import load_maps
 from . import rows as step_rows
 from . import step as step_info
+from . import tiered
 from .settings import check_engine, read
+
+log = logging.getLogger("ridgefill")
 
 
 class Projection:
@@ -121,6 +125,59 @@ class Filler:
         return k, v
 
 
+class Ranker:
+    """The tiered selection's scores inside the lower pass (gpu.serving.tiered): at each
+    reference layer, the keys of every row and the queries of the window rows, projected from
+    the layer's input with the layer's own norm, Q/K rows of ``qkv_proj`` and rotary."""
+
+    def __init__(self, model: nn.Module, selection: tiered.Selection):
+        self.selection, self.layers = selection, model.layers
+        self.q, self.k = {}, {}
+
+    def take_weights(self) -> None:
+        """Keep each reference layer's Q and K projections (after the weights are loaded)."""
+        for l in self.selection.layers:
+            attn = self.layers[l].self_attn
+            w, b = attn.qkv_proj.weight, attn.qkv_proj.bias
+            parts = {"q": slice(0, attn.q_size), "k": slice(attn.q_size, attn.q_size + attn.kv_size)}
+            for name, rows in parts.items():
+                getattr(self, name)[l] = Projection(w[rows].clone(),
+                                                    None if b is None else b[rows].clone())
+
+    def probe(self, layer: int, h: torch.Tensor, residual: torch.Tensor | None,
+              positions: torch.Tensor, window: torch.Tensor):
+        """(queries of the ``window`` rows, keys of every row) at ``layer``, whose input is
+        ``h + residual``."""
+        attn = self.layers[layer].self_attn
+        x = self.layers[layer].input_layernorm(h if residual is None else h + residual)
+        k, _ = attn.rotary_emb(positions, self.k[layer](x).contiguous())
+        q, _ = attn.rotary_emb(positions[window], self.q[layer](x[window]).contiguous())
+        return q, k
+
+    def exact_rows(self, probes: list, requests: dict, positions: torch.Tensor,
+                   pieces_of) -> np.ndarray:
+        """Step-token indices of the rows the selection makes exact: per tiered.Request of
+        ``requests`` (by index; each holds its prompt's end, and the probes' queries hold
+        their windows in this order), its chosen rows among its new prefix rows."""
+        out, at = [], 0
+        for i, r in requests.items():
+            window = r.window(self.selection.window)
+            queries, at = slice(at, at + window.size), at + window.size
+            keys = slice(r.start, r.start + r.prompt_len - r.first)
+            q_pos = positions[torch.as_tensor(window)]
+            scores = sum(tiered.received(q[queries].unflatten(-1, (-1, self._head(l))),
+                                         k[keys].unflatten(-1, (-1, self._head(l))),
+                                         q_pos, positions[keys], self.layers[l].self_attn.scaling)
+                         for l, (q, k) in zip(self.selection.layers, probes))
+            pieces = pieces_of(i, r) if self.selection.complete else None
+            out.append(r.start + tiered.chosen(scores.numpy().astype(np.float64), r.n_prefix,
+                                               self.selection, pieces))
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+    def _head(self, layer: int) -> int:
+        return self.layers[layer].self_attn.head_dim
+
+
 class RidgeFillMixin:
     """The RidgeFill forward on top of a vLLM ``*ForCausalLM`` (``self.model`` its decoder)."""
 
@@ -129,12 +186,25 @@ class RidgeFillMixin:
         step_info.install()
         config, path, self.min_fill_rows = read(vllm_config.model_config.hf_config)
         self.rows_filled = 0       # prompt rows this engine has filled so far (a counter)
+        self.last_filled = np.zeros(0, np.int64)   # positions the last filling step filled
+        self.warned_chunks = False
         dtype = vllm_config.model_config.dtype
         loaded = load_maps(path, dtype=dtype) if config.needs_maps else None
         config = config.resolve(len(self.model.layers), loaded)
         maps = {kind: kind_of({loaded.kind: loaded}, kind) for kind in config.map_kinds}
         self.ridgefill = Filler(self.model, config, maps)
         self.ridgefill_dtype = dtype
+        selection = tiered.Selection.of(config)
+        self.ranker = None if selection is None else Ranker(self.model, selection)
+        self.pieces = None
+        if selection is not None and vllm_config.parallel_config.tensor_parallel_size > 1:
+            raise ValueError("rows='attention' ranks rows over every attention head, which "
+                             "tensor parallelism shards: use --tensor-parallel-size 1 or "
+                             "--rows none")
+        if selection is not None and selection.complete:
+            from transformers import AutoTokenizer
+            tokenizer = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer)
+            self.pieces = tokenizer.convert_ids_to_tokens
         # the passes over every prompt row, compiled unless vLLM runs eagerly: under
         # compilation vLLM's norms, rotary and activation are plain torch ops that only a
         # compiler fuses (vllm.model_executor.custom_op)
@@ -146,6 +216,8 @@ class RidgeFillMixin:
     def load_weights(self, weights):
         loaded = super().load_weights(weights)
         self.ridgefill.take_kv_weights()
+        if self.ranker is not None:
+            self.ranker.take_weights()
         return loaded
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
@@ -160,33 +232,56 @@ class RidgeFillMixin:
             # a request that reads prompt logprobs needs every row: none left to fill
             np.where(requests.exact, requests.prompt_lens, requests.started),
             self.ridgefill.config.tail, self.min_fill_rows)
+        if self.ranker is not None and any(p.size for p in prefix):
+            # the ranking reads the prompt's last rows: a prompt whose end a later step
+            # holds (a chunk) runs exact here
+            ends = self._requests(step, prefix)
+            held = [p if i in ends and ends[i].holds_end else p[:0] for i, p in enumerate(prefix)]
+            if not self.warned_chunks and sum(map(len, held)) < sum(map(len, prefix)):
+                self.warned_chunks = True
+                log.warning("rows='attention': a prompt longer than the step budget runs its "
+                            "earlier chunks exact; raise --max-num-batched-tokens to the "
+                            "longest prompt to fill them")
+            prefix = held
         if not any(p.size for p in prefix):
             return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
         return self._ridgefill_forward(input_ids, positions, inputs_embeds, step, prefix)
 
-    def _lower(self, input_ids, positions, inputs_embeds):
-        """Layers 0..S-1 on every row: (h, residual, x_S = h + residual)."""
+    def _lower(self, input_ids, positions, inputs_embeds, window=None):
+        """Layers 0..S-1 on every row: (h, residual, x_S = h + residual, probes), ``probes``
+        the selection's (queries of the ``window`` rows, keys of every row) at each reference
+        layer (:class:`Ranker`; none without a window)."""
         m = self.model
         h = m.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds
-        residual = None
-        for layer in m.layers[:self.ridgefill.split]:
+        residual, probes = None, []
+        reference = () if window is None else self.ranker.selection.layers
+        for l, layer in enumerate(m.layers[:self.ridgefill.split]):
+            if l in reference:
+                probes.append(self.ranker.probe(l, h, residual, positions, window))
             h, residual = layer(positions, h, residual)
-        return h, residual, h + residual
+        return h, residual, h + residual, probes
 
     @torch.inference_mode()
     def _ridgefill_forward(self, input_ids, positions, inputs_embeds, step, prefix):
         m, fill = self.model, self.ridgefill
-        with record_function("ridgefill.lower"):
-            h, residual, x = self.lower_pass(input_ids, positions, inputs_embeds)
         qsl, sl = step.query_start_loc.numpy(), step.seq_lens.numpy()
-        filled = np.concatenate(prefix)
+        requests = {} if self.ranker is None else self._requests(step, prefix)
+        window = (torch.as_tensor(np.concatenate([r.window(self.ranker.selection.window)
+                                                  for r in requests.values()]))
+                  if requests else None)
+        with record_function("ridgefill.lower"):
+            h, residual, x, probes = self.lower_pass(input_ids, positions, inputs_embeds,
+                                                     window)
+        if requests:
+            with record_function("ridgefill.select"):
+                exact = self.ranker.exact_rows(probes, requests, positions, self._pieces)
+            prefix = [np.setdiff1d(p, exact) for p in prefix]
         if "entries" in {writes(k) for k in (fill.config.fill, fill.config.values_fill) if k}:
-            filled = np.concatenate([np.setdiff1d(p, p[0] + sink_rows(x[None, p[0]:p[-1] + 1],
-                                                                      np.arange(p.size)))
-                                     for p in prefix if p.size])
-        plan = step_rows.plan_step(qsl, sl, filled)
+            prefix = [np.setdiff1d(p, sink_rows(x[None], p)) for p in prefix]
+        plan = step_rows.plan_step(qsl, sl, np.concatenate(prefix))
         self.rows_filled += int(plan.filled.size)
         c, f = torch.as_tensor(plan.computed), torch.as_tensor(plan.filled)
+        self.last_filled = positions[f].numpy()
         hc, rc, pos_c = h[c], residual[c], positions[c]
         with record_function("ridgefill.fill"):
             entries = self.fill_pass(x[f], positions[f])
@@ -213,6 +308,20 @@ class RidgeFillMixin:
         if c.numel():
             out[c] = m.norm(hc, rc)[0]
         return out
+
+    def _requests(self, step, prefix) -> dict[int, tiered.Request]:
+        """The requests whose prefix rows this step fills (``prefix``), by index."""
+        qsl, sl = step.query_start_loc.numpy(), step.seq_lens.numpy()
+        lens, tail = step_info.current().prompt_lens, self.ridgefill.config.tail
+        return {i: tiered.Request(start=int(qsl[i]), first=int(sl[i] - (qsl[i + 1] - qsl[i])),
+                                  new=int(qsl[i + 1] - qsl[i]), prompt_len=int(lens[i]),
+                                  tail=tail)
+                for i, p in enumerate(prefix) if p.size}
+
+    def _pieces(self, i: int, r: tiered.Request) -> list[str]:
+        """The token pieces of request ``i``'s new prefix rows (span completion)."""
+        ids = step_info.current().prompt_ids[i][r.first:r.first + r.n_prefix]
+        return self.pieces([int(t) for t in ids])
 
 
 def _exact_rows(layer, h, residual, positions, attn_layer, kv_cache, slots, meta):

@@ -22,6 +22,8 @@ from .rows import MIN_FILL_ROWS
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 PREFIX = "RidgeFill"           # RidgeFill's variant of vLLM's class X is named RidgeFillX
 KEY = "ridgefill"              # the model-config key that carries the settings
+# the options of rows='attention' the vLLM path reads (gpu.serving.tiered; the others are refused)
+OPTIONS = ("share", "complete", "window")
 # the vLLM release the model classes are written against (gpu.serving.model reads its runner's
 # input batch and its CPU attention backend's metadata): register() refuses any other
 VLLM_VERSION = "0.32.0"
@@ -80,9 +82,12 @@ def ranks_of(args: tuple[str, ...] | list[str]) -> int:
 def check(config: PrefillConfig) -> None:
     """Refuse what the vLLM path does not run, naming the setting to change."""
     unsupported = {
-        "rows": (config.rows != "none", "rows selectors read the prompt's text or a probe "
-                                        "sweep; the vLLM path runs the tail and the kv fill's "
-                                        "sink rows exact: use --rows none"),
+        "rows": (config.rows not in ("none", "attention"),
+                 "the other selectors read the prompt's text or a probe sweep: use --rows "
+                 "attention (its options: share, complete, window) or --rows none"),
+        "selector options": (config.rows == "attention" and bool(set(config.options) - set(OPTIONS)),
+                             f"--rows attention reads {', '.join(OPTIONS)} in vLLM: drop "
+                             f"{', '.join(sorted(set(config.options) - set(OPTIONS)))}"),
         "rescale": (config.rescale is not None, "drop --rescale"),
         "correction": (config.correction, "Gated DeltaNet models are not served: drop "
                                           "--correction"),

@@ -28,12 +28,14 @@ _MARK = "_ridgefill_step_hook"
 class Step:
     """Per request of the step, in the metadata's order: ``prompt_lens`` (its prompt's
     length), ``started`` (the tokens it had computed when its prefill began in this engine:
-    its cached prefix, 0 for a fresh prompt) and ``exact`` (it asked for prompt logprobs,
-    which read every prompt row's logits, so none of its rows is filled)."""
+    its cached prefix, 0 for a fresh prompt), ``exact`` (it asked for prompt logprobs,
+    which read every prompt row's logits, so none of its rows is filled) and ``prompt_ids``
+    (its prompt's token ids: the tiered selection completes spans from their pieces)."""
 
     prompt_lens: np.ndarray
     started: np.ndarray
     exact: np.ndarray
+    prompt_ids: tuple[np.ndarray, ...] = ()
 
 
 def current() -> Step | None:
@@ -72,7 +74,9 @@ def install() -> None:
         token = _STEP.set(Step(
             prompt_lens=batch.num_prompt_tokens[:n].astype(np.int64),
             started=tracker.started(ids, batch.num_computed_tokens_cpu[:n]),
-            exact=np.asarray([r in runner.num_prompt_logprobs for r in ids], bool)))
+            exact=np.asarray([r in runner.num_prompt_logprobs for r in ids], bool),
+            prompt_ids=tuple(batch.token_ids_cpu[i, :batch.num_prompt_tokens[i]]
+                             for i in range(n))))
         try:
             return forward(runner, *args, **kwargs)
         finally:

