@@ -95,3 +95,21 @@ def test_a_resumed_vllm_bench_remeasures_on_another_processor(tmp_path, monkeypa
     assert measured == [("m", 64), ("m", 64)]  # the second run on A kept A's record
     records = json.loads((tmp_path / "vllm" / "bench-bfloat16.json").read_text())["records"]
     assert [r["cpu"] for r in records] == ["Xeon A (avx2)", "Xeon B (avx2, amx_bf16)"]
+
+
+def test_tiered_arms_join_the_vllm_bench_by_name():
+    """``--tiered`` adds RidgeFill arms named as the study's (their configurations parsed from
+    the names), and a resumed run keeps a record only when it timed the same tiered arms."""
+    from gpu.lab.tools import bench_vllm
+
+    opts = cli.options_from_args(cli.build_parser().parse_args(
+        ["bench", "--engine", "vllm", "--tiered", "kv+attn20c@12/t1"]), BenchOptions)
+    assert opts.tiered == ("kv+attn20c@12/t1",)
+    cfgs = bench_vllm.configs("qwen2.5-coder-0.5b", 24, opts.tiered)
+    tiered = cfgs["kv+attn20c@12/t1"]
+    assert set(cfgs) == {"advised", "pop", "kv+attn20c@12/t1"}
+    assert (tiered.fill, tiered.split, tiered.rows, tiered.options) == (
+        "kv", 12, "attention", {"share": 0.2, "complete": True})
+    rec = {"model": "m", "n": 64, "repeats": 1, "cpu": "c"}
+    assert bench_vllm._key({**rec, "tiered": ["kv+attn20c@12/t1"]}) != bench_vllm._key(rec)
+    assert bench_vllm._key({**rec, "tiered": ("a",)}) == bench_vllm._key({**rec, "tiered": ["a"]})

@@ -74,6 +74,23 @@ def test_the_names_say_the_configuration():
     assert sel.window == 64
 
 
+def test_an_arms_name_parses_back_to_its_configuration():
+    """grid.parse_arm (the bench's --tiered) inverts every tiered arm's name, two-source kinds
+    too, and refuses a name it cannot read."""
+    from gpu.lab.eval.grid import parse_arm
+    for layers, fills in ((24, ("kv", "ridge", "none", "kv.identity")), (28, ("identity.kv",))):
+        f = fr.Frontier(layers, tiered=True, tiered_fills=fills)
+        tiered = [a for a in f.arms() if f.is_tiered(a)]
+        assert len(tiered) == 4 * 3 * 2 * len(fills)
+        for a in tiered:
+            assert parse_arm(a.name) == a.config, a.name
+    assert parse_arm("kv.identity-values@16") == PrefillConfig(
+        fill="kv", values_fill="identity", split=16, tail=1, rows="none")
+    for bad in ("kv+attn20c", "kv@12/tx", "KV@12"):
+        with pytest.raises(ValueError, match="spell it"):
+            parse_arm(bad)
+
+
 def test_two_source_fills_and_the_arm_name():
     f = fr.Frontier(24, tiered=True, tiered_fills=("kv.identity", "identity"))
     by = {a.name: a for a in f.arms() if f.is_tiered(a)}

@@ -3,6 +3,7 @@ presets of the built-in models), its arms (paper Table 3 plus the controls) and 
 the frontier's and the benches' arms (:func:`arm_name`)."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from ...core import presets
@@ -75,6 +76,26 @@ def arm_name(fill: str, split: int, tail: int, rows: str = "none",
     keys = fill if values is None else f"{fill}.{values}-values"
     rows = rows_part(rows, share, complete)
     return f"{keys}{'' if rows == 'none' else '+' + rows}@{split}/t{tail}"
+
+
+_ARM = re.compile(r"(?P<keys>[a-z]+)(?:\.(?P<values>[a-z]+)-values)?(?:\+(?P<rows>[a-z0-9]+))?"
+                  r"@(?P<split>\d+)(?:/t(?P<tail>\d+))?")
+
+
+def parse_arm(name: str) -> PrefillConfig:
+    """The configuration an arm's name (:func:`arm_name`, tail 1 when left out) spells,
+    e.g. ``kv+attn20c@12/t1``: kv fill from split 12, 20% of the prefix exact by attention
+    with whole spans, a one-token tail."""
+    m = _ARM.fullmatch(name)
+    if m is None:
+        raise ValueError(f"arm {name!r}: spell it <keys>[.<values>-values][+<rows>]@<split>"
+                         "[/t<tail>], e.g. kv+attn20c@12/t1")
+    rows, options = m["rows"] or "none", {}
+    share = re.fullmatch(r"attn(\d+)(c?)", rows)
+    if share:
+        rows, options = SHARE_ROWS, {"share": int(share[1]) / 100, "complete": bool(share[2])}
+    return PrefillConfig(fill=m["keys"], values_fill=m["values"], split=int(m["split"]),
+                         tail=int(m["tail"] or 1), rows=rows, selector_options=options)
 
 
 def study_config(model: str, n_layers: int, *, chat: bool = True) -> EvalConfig:

@@ -35,6 +35,7 @@ from ...core.config import PrefillConfig
 from ...core.fills import cost_arm
 from ...maps.cached import cached_maps
 from ...serving.settings import default_dtype, overrides, use_engine_env
+from ..eval.grid import parse_arm
 from .bench_options import VLLM_ARMS, BenchOptions
 from .bench_records import cpu, merged, prior_records
 from .bench import prompt_ids
@@ -45,14 +46,15 @@ LENGTHS = {"qwen2.5-coder-0.5b": (2048, 4096, 8192, 16384),
            "qwen2.5-coder-1.5b": (2048, 4096, 8192)}
 
 
-def configs(name: str, n_layers: int) -> dict[str, PrefillConfig]:
-    """The RidgeFill arms' configurations: the advised one and POP native."""
+def configs(name: str, n_layers: int, tiered: tuple[str, ...] = ()) -> dict[str, PrefillConfig]:
+    """The RidgeFill arms' configurations: the advised one, POP native and the ``tiered``
+    arms by name (gpu.lab.eval.grid.parse_arm)."""
     advised = default_config(name, rows="none")
     if advised.fill == "exact":
         raise ValueError(f"{name}'s advised configuration is exact prefill: nothing to time "
                          "beside stock vLLM")
-    return {"advised": advised,
-            "pop": presets.pop(n_layers)}
+    return {"advised": advised, "pop": presets.pop(n_layers),
+            **{arm: parse_arm(arm) for arm in tiered}}
 
 
 def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -> dict:
@@ -62,18 +64,26 @@ def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -
     common = dict(dtype=dtype, max_model_len=n_max + 64, kv_cache_memory_bytes=KV_CACHE_BYTES,
                   enable_prefix_caching=False, seed=0)
     one_pass = dict(common, max_num_batched_tokens=n_max + 64, enable_chunked_prefill=False)
+    if any(cfg.rows != "none" for cfg in cfgs.values()):   # their exact rows are read back
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     out = {}
     if "stock" in arms:
         out["stock"] = LLM(str(folder), **common)
     if "stock-one-pass" in arms:
         out["stock-one-pass"] = LLM(str(folder), **one_pass)
     for arm, cfg in cfgs.items():
-        if arm not in arms:
-            continue
         maps = (cached_maps(name, cfg.split, cfg.map_kinds[0])
                 if cfg.needs_maps else None)
-        out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **common)
+        # a selecting configuration ranks a prompt from its last rows: one step a prompt
+        out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps),
+                       **(common if cfg.rows == "none" else dict(
+                           common, max_num_batched_tokens=n_max + 64)))
     return out
+
+
+def _filled(model) -> int:
+    """Run inside vLLM's worker: the prompt rows the last filling step filled."""
+    return int(model.last_filled.size)
 
 
 def first_token_seconds(llm, ids: list[int]) -> float:
@@ -107,9 +117,10 @@ def transformers_exact(name: str, ids) -> float:
 
 
 def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool,
-                arms=VLLM_ARMS):
+                arms=VLLM_ARMS, tiered: tuple[str, ...] = ()):
     """Yield one record per prompt length (module docstring); ``arms`` must hold stock, the
-    base of every ratio."""
+    base of every ratio; ``tiered``: the selecting arms' names, whose ceilings count the rows
+    each left exact in its last timed prefill."""
     if "stock" not in arms:
         raise ValueError("--arms must include stock: every speedup is over stock vLLM")
     from transformers import AutoConfig, AutoTokenizer
@@ -117,8 +128,8 @@ def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool,
     _, folder = models.resolve(name)
     tok = AutoTokenizer.from_pretrained(folder)
     arch = arch_of(AutoConfig.from_pretrained(folder))
-    cfgs = configs(name, arch.n_layers)
-    cfgs = {arm: cfg for arm, cfg in cfgs.items() if arm in arms}
+    cfgs = configs(name, arch.n_layers, tiered)
+    cfgs = {arm: cfg for arm, cfg in cfgs.items() if arm in arms or arm in tiered}
     llms = engines(name, folder, cfgs, max(lengths), dtype, arms)
     for n in lengths:
         ids = prompt_ids(models.Loaded(None, tok, name, folder), n)
@@ -130,12 +141,14 @@ def bench_model(name: str, lengths, repeats: int, dtype: str, reference: bool,
                 times[arm].append(first_token_seconds(llms[arm], ids[0].tolist()))
         med = {arm: statistics.median(t) for arm, t in times.items()}
         rec = {"model": name, "n": n, "dtype": dtype, "repeats": repeats, "engine": "vllm",
-               "seconds": times, "median_seconds": med}
+               "tiered": list(tiered), "seconds": times, "median_seconds": med}
         for arm, cfg in cfgs.items():
-            ceiling = speedup_ceiling(arch, n, cfg.split, cfg.tail, E=0,
+            exact = 0 if cfg.rows == "none" else n - cfg.tail - llms[arm].apply_model(_filled)[0]
+            ceiling = speedup_ceiling(arch, n, cfg.split, cfg.tail, E=exact,
                                       arm=cost_arm(cfg.fill, cfg.values_fill))
             rec[arm] = {"config": {k: getattr(cfg, k) for k in
-                                   ("fill", "values_fill", "split", "tail", "rows")},
+                                   ("fill", "values_fill", "split", "tail", "rows")}
+                        | {"selector_options": cfg.options, "exact_prefix_rows": exact},
                         "speedup": med["stock"] / med[arm],
                         "ceiling_macs": ceiling,
                         "share_of_mac_ceiling": med["stock"] / med[arm] / ceiling}
@@ -152,9 +165,8 @@ def _line(r: dict) -> str:
     parts = [f"{r['model']} {r['n']} tokens ({r['dtype']}): stock vLLM {med['stock']:.2f} s"]
     if "stock-one-pass" in med:
         parts.append(f"stock in one pass {med['stock-one-pass']:.2f} s")
-    for arm in ("advised", "pop"):
-        if arm in r:
-            a = r[arm]
+    for arm, a in r.items():
+        if isinstance(a, dict) and "speedup" in a:
             parts.append(f"{arm} {a['speedup']:.2f}x ({a['share_of_mac_ceiling']:.0%} of its "
                          f"{a['ceiling_macs']:.2f}x ceiling)")
     if ref:
@@ -163,9 +175,10 @@ def _line(r: dict) -> str:
 
 
 def _key(r: dict) -> tuple:
-    """What makes two records the same measurement: model, length, repeats and processor (bf16
-    speed depends on the processor's extensions, gpu.lab.tools.bench_records.cpu)."""
-    return r["model"], r["n"], r["repeats"], r.get("cpu")
+    """What makes two records the same measurement: model, length, repeats, processor (bf16
+    speed depends on the processor's extensions, gpu.lab.tools.bench_records.cpu) and the
+    tiered arms timed beside."""
+    return r["model"], r["n"], r["repeats"], r.get("cpu"), tuple(r.get("tiered", ()))
 
 
 def run(opts: BenchOptions) -> int:
@@ -184,11 +197,11 @@ def run(opts: BenchOptions) -> int:
     for name in opts.models:
         lengths = [n for n in (opts.lengths or LENGTHS.get(name, (2048, 4096)))
                    if _key({"model": name, "n": n, "repeats": opts.repeats,
-                            "cpu": info["cpu"]}) not in done]
+                            "cpu": info["cpu"], "tiered": opts.tiered}) not in done]
         if not lengths:
             continue
         for rec in bench_model(name, lengths, opts.repeats, dtype, opts.reference,
-                               opts.arms):
+                               opts.arms, opts.tiered):
             records.append({k: info[k] for k in ("command", "date", "machine", "cpu")} | rec)
             write_json(path, {**info, "complete": False, "records": merged(prior, records, _key)})
     write_json(path, {**info, "complete": True, "records": merged(prior, records, _key),
