@@ -12,7 +12,10 @@ a chunk of one, or the rest of one whose start was cached: gpu.serving.rows):
   decoding token of the batch), each run of them an attention sequence of its own over the
   paged cache (gpu.serving.rows);
 - the filled rows' hidden states are never read (a step's logits come from each request's
-  last token, which is in the tail), so they are zeros.
+  last token, which is in the tail), so they are zeros;
+- with ``rows='attention'`` (the tiered prefill) the lower pass also projects, at the
+  reference layers, every row's keys and the prompt's last rows' queries (:class:`Ranker`),
+  and the rows they attend to most run exact with the tail (gpu.serving.tiered).
 
 Every other step (decoding, prompts that fit the tail, short continuations) is vLLM's own
 compiled forward. The attention calls go to vLLM's CPU attention backend (CPU_ATTN): its
