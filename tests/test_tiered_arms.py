@@ -305,3 +305,47 @@ def test_tiered_arms_run_through_the_harness(tiny, tmp_path, monkeypatch):
     assert t["rows"][2]["vs_dropped"] is None  # the drop arm has no twin of its own
     md = (root / "frontier.md").read_text()
     assert "## Tiered prefill" in md and "`none+attn20c@4/t1`" in md
+
+
+def _row(arm, ceiling, vs_advised=None, vs_exact=None):
+    from gpu.lab.eval.grid import parse_arm
+    cfg = parse_arm(arm)
+    o = cfg.options
+    iv = (lambda e: None if e is None else {"estimate": e, "low": e - 5, "high": e + 5})
+    return {"arm": arm, "split": cfg.split, "fill": cfg.fill, "values_fill": cfg.values_fill,
+            "share": o["share"], "complete": o["complete"], "mac_ceiling": ceiling,
+            "vs_exact": iv(vs_exact),
+            "vs_reference": {"kv.identity-values@16/t1": {"retrieval": iv(vs_advised)}}}
+
+
+def test_the_finalists_follow_the_rule_stated_before_the_screen():
+    """Prediction 2: the three best against the advised fill among ceilings >= 1.05 x POP's
+    (ties: the higher ceiling); prediction 3: the two best against exact at >= 1.8x; prediction
+    4: the advised kind's two 10% arms at POP's split. The report names them and the resume."""
+    from gpu.lab.eval.frontier_report import tiered_markdown
+    from gpu.lab.eval.tiered import finalists
+    rows = [_row("kv+attn20c@12/t1", 1.60, -1.0, -9), _row("kv+attn10c@12/t1", 1.58, +2.0, -8),
+            _row("ridge+attn30c@12/t1", 1.56, +10.0, -1), _row("kv+attn20@8/t1", 2.0, -5, -3),
+            _row("kv+attn10@8/t1", 1.9, -8, -1), _row("none+attn10@8/t1", 1.81, None, -10),
+            _row("ridge+attn20c@14/t1", 1.7, -1.0, -7),
+            _row("kv.identity-values+attn10c@16/t1", 1.42, 0.0, -4),
+            _row("kv.identity-values+attn10@16/t1", 1.44, -1.0, -5),
+            _row("kv.identity-values+attn20c@16/t1", 1.36, 1.0, -3)]
+    t = {"references": {"kv.identity-values@16/t1": {}}, "pop": {"mac_ceiling": 1.5},
+         "pop_split": 16, "rows": rows}
+    got = finalists(t)
+    assert got == {"prediction 2": ["kv+attn10c@12/t1", "ridge+attn20c@14/t1", "kv+attn20c@12/t1"],
+                   "prediction 3": ["kv+attn10@8/t1", "kv+attn20@8/t1"],
+                   "prediction 4": ["kv.identity-values+attn10@16/t1",
+                                    "kv.identity-values+attn10c@16/t1"]}
+    text = "\n".join(tiered_markdown({**t, "finalists": got, "pop": {
+        "mac_ceiling": 1.5, "retrieval": 50.0, "vs_exact": None}, "references": {
+        "kv.identity-values@16/t1": {"mac_ceiling": 1.49, "retrieval": 60.0, "vs_exact": None}},
+        "rows": [{**r, "exact_row_share": 0.1, "macs_share": 1 / r["mac_ceiling"],
+                  "retrieval": 50.0, "n": 36, "vs_dropped": None, "noninferior_exact": None}
+                 for r in rows]}))
+    assert "Finalists by the rule" in text and "--samples 17 --keep" in text
+    assert "'kv+attn10c@12/t1'" in text and "'kv.identity-values@16/t1'" in text
+    assert finalists(t, moonshot=False)["prediction 3"] == []   # stated for the 1.5B only
+    with pytest.raises(ValueError, match="one reference arm"):
+        finalists({**t, "references": {"a@16/t1": {}, "b@16/t1": {}}})

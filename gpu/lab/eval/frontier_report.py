@@ -12,6 +12,7 @@ from rfmodel.atomic import atomic_path, write_json, write_text
 
 from .instruments import Arm
 from .report import MARGIN_POP, ni_word
+from .tiered import MOONSHOT, finalists
 
 # The rule for "at least as good as POP at no more cost", stated before any number:
 # MAC share <= POP native's, retrieval non-inferior to POP native at the 3-point margin
@@ -93,11 +94,14 @@ def tiered(rep: dict, fr, arms: list[Arm], by: dict[str, dict]) -> dict | None:
             "vs_reference": {b: {"retrieval": (con.get((a.name, b)) or {}).get("retrieval"),
                                  "noninferior": ni.get((a.name, b))} for b in refs},
             "noninferior_exact": ni.get((a.name, "exact"))})
-    return {"references": {b: {k: by[b][k] for k in ("macs_share", "mac_ceiling", "retrieval",
-                                                     "vs_exact")} for b in refs if b in by},
-            "pop": {k: by[fr.pop_native][k] for k in ("macs_share", "mac_ceiling", "retrieval",
-                                                      "vs_exact")},
-            "rows": rows}
+    out = {"references": {b: {k: by[b][k] for k in ("macs_share", "mac_ceiling", "retrieval",
+                                                    "vs_exact")} for b in refs if b in by},
+           "pop": {k: by[fr.pop_native][k] for k in ("macs_share", "mac_ceiling", "retrieval",
+                                                     "vs_exact")},
+           "pop_split": fr.pop, "rows": rows}
+    if len(out["references"]) == 1:
+        out["finalists"] = finalists(out, moonshot=rep["model"] == MOONSHOT)
+    return out
 
 
 def verdict_64(row: dict | None, margin: float = MARGIN_POP) -> str:
@@ -207,6 +211,14 @@ def tiered_markdown(t: dict | None) -> list[str]:
                str(r["n"] or "-"), interval(r["vs_exact"]), test(r.get("noninferior_exact")),
                interval(r["vs_dropped"]), *cells]
         L.append("| " + " | ".join(row) + " |")
+    if t.get("finalists"):
+        names = sorted({a for arms in t["finalists"].values() for a in arms})
+        L += ["", "Finalists by the rule stated before the screen (docs/results-quality.md; "
+              "gpu.lab.eval.tiered.finalists): "
+              + "; ".join(f"{p}: " + (", ".join(f"`{a}`" for a in arms) or "none")
+                          for p, arms in t["finalists"].items())
+              + ". Resumed to 17 a task with the screen's command and `--samples 17 --keep "
+              + " ".join(f"'{a}'" for a in [*names, *t["references"]]) + "`."]
     return L
 
 

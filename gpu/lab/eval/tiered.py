@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...core.config import PrefillConfig
 from ...core.fills import pair
-from .grid import SHARE_ROWS, arm_name, depth
+from .grid import SHARE_ROWS, arm_name, depth, parse_arm
 from .instruments import Arm
 from .report import MARGIN_POP
 
@@ -25,6 +25,11 @@ TIERED_FRACTIONS = (1 / 3, 1 / 2, 7 / 12)  # of depth; POP's split joins them
 TIERED_SHARES = (0.10, 0.20, 0.30)
 TIERED_ROWS = SHARE_ROWS
 MARGIN_TIERED_EXACT = 5.0  # points: issue 57's moonshot, "within 5 RULER points of exact"
+# the finalist rule, stated in docs/results-quality.md before the screen: per prediction, how
+# many arms, and the ceiling they need (prediction 2: against POP's measured ceiling)
+FASTER_THAN_POP, FAST = 1.05, 1.8
+FINALISTS = {"prediction 2": 3, "prediction 3": 2}
+MOONSHOT = "qwen2.5-coder-1.5b"   # the model prediction 3 is stated for
 
 
 class TieredArms:
@@ -100,3 +105,42 @@ class TieredArms:
         refs = set(self.references(arms))
         return ([(a, b, MARGIN_POP) for a, b in self.tiered_pairs(arms) if b in refs]
                 + [(a.name, "exact", MARGIN_TIERED_EXACT) for a in arms if self.is_tiered(a)])
+
+
+def _estimate(contrast: dict | None) -> float | None:
+    return None if not contrast or contrast.get("estimate") is None else contrast["estimate"]
+
+
+def _best(rows: list[dict], score, k: int) -> list[str]:
+    """The ``k`` arms with the highest ``score`` (ties: the higher ceiling, then the name)."""
+    scored = [(s, r["mac_ceiling"], r["arm"]) for r in rows if (s := score(r)) is not None]
+    return [arm for *_, arm in sorted(scored, key=lambda x: (-x[0], -x[1], x[2]))[:k]]
+
+
+def finalists(t: dict, moonshot: bool = True) -> dict[str, list[str]]:
+    """The screen's finalists by the rule stated before it ran (docs/results-quality.md), from
+    a frontier summary's ``tiered`` part (gpu.lab.eval.frontier_report.tiered): prediction 2,
+    the :data:`FINALISTS` arms with the highest estimate against the advised fill among those
+    whose measured MAC ceiling is at least :data:`FASTER_THAN_POP` times POP native's;
+    prediction 3, those with the highest estimate against exact among those at :data:`FAST`
+    or more (only on the model it is stated for: ``moonshot``); prediction 4, the advised
+    kind's two 10% arms at POP's split."""
+    if len(t["references"]) != 1:
+        raise ValueError(f"the finalist rule reads one reference arm (the advised fill at POP's "
+                         f"split); this run has {sorted(t['references'])}")
+    (advised,) = t["references"]
+    pop = t["pop"]["mac_ceiling"]
+    rows = [r for r in t["rows"] if r["mac_ceiling"]]
+    kind = parse_arm(advised)
+    keys, values = kind.fill, kind.values_fill
+    return {
+        "prediction 2": _best(
+            [r for r in rows if pop and r["mac_ceiling"] >= FASTER_THAN_POP * pop],
+            lambda r: _estimate((r["vs_reference"].get(advised) or {}).get("retrieval")),
+            FINALISTS["prediction 2"]),
+        "prediction 3": _best([r for r in rows if moonshot and r["mac_ceiling"] >= FAST],
+                              lambda r: _estimate(r["vs_exact"]), FINALISTS["prediction 3"]),
+        "prediction 4": sorted(r["arm"] for r in t["rows"]
+                               if (r["fill"], r["values_fill"], r["share"]) == (keys, values, 0.1)
+                               and r["split"] == t["pop_split"])}
+
