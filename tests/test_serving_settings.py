@@ -68,22 +68,18 @@ def test_serve_command_keeps_vllms_defaults():
     assert "--hf-overrides" not in stock
 
 
-def test_a_tiered_server_prefills_a_prompt_in_one_step():
-    """rows='attention' ranks a prompt's rows from its last ones, so the served command lets
-    one step hold a whole prompt (the given max model length, else the model's context) unless
-    the caller set the step budget; the selector options ride in --hf-overrides."""
+def test_a_tiered_server_keeps_vllms_step_budget():
+    """rows='attention' is served with vLLM's defaults too (a chunked prompt is ranked when its
+    end arrives: gpu.serving.tiered); the selector options ride in --hf-overrides, and an
+    option the vLLM path does not read is refused naming it."""
     folder = tiny_dir("llama")
     tiered = {"fill": "identity", "split": 2, "tail": 1, "rows": "attention",
               "selector_options": {"share": 0.2, "complete": True}}
-    argv, summary = serve.command(str(folder), max_model_len=4096, **tiered)
-    assert argv[argv.index("--max-num-batched-tokens") + 1] == "4096" and "4096 tokens" in summary
+    argv, summary = serve.command(str(folder), **tiered)
+    assert not [a for a in argv if "max-num-batched-tokens" in a or "chunked-prefill" in a]
     hf = json.loads(argv[argv.index("--hf-overrides") + 1])
     assert hf["ridgefill"]["config"]["selector_options"] == {"share": 0.2, "complete": True}
-    own, _ = serve.command(str(folder), extra=("--max-num-batched-tokens=512",), **tiered)
-    assert [a for a in own if "max-num-batched-tokens" in a] == ["--max-num-batched-tokens=512"]
-    context, _ = serve.command(str(folder), **tiered)
-    budget = int(context[context.index("--max-num-batched-tokens") + 1])
-    assert budget == json.loads((folder / "config.json").read_text())["max_position_embeddings"]
+    assert "rows attention" in summary
     with pytest.raises(ValueError, match="drop blind"):
         serve.command(str(folder), **{**tiered, "selector_options": {"blind": True}})
 

@@ -68,9 +68,11 @@ def test_a_requests_window_is_the_prompts_last_rows_this_step_holds(prompt, firs
                                                                     window, tail):
     r = Request(start=5, first=first, new=new, prompt_len=prompt, tail=tail)
     assert r.holds_end == (first <= prompt - 1 < first + new)
+    positions = (r.last(window) - r.start + first).tolist()
+    held = [p for p in range(first, first + new) if p < prompt]
+    assert positions == held[-window:]
     if r.holds_end:
-        positions = r.window(window) - r.start + first
-        assert positions.tolist() == list(range(max(prompt - window, first), prompt))
+        assert positions == list(range(max(prompt - window, first), prompt))
     assert r.n_prefix == max(prompt - tail - first, 0)
 
 
@@ -81,3 +83,31 @@ def test_the_selection_reads_the_engines_defaults_and_layers():
     assert sel == Selection(tuple(lower_layers(12)), AttentionRows().window, 0.2, True)
     assert sel.layers == (3, 7, 11)
     assert Selection.of(PrefillConfig(fill="kv", split=12, tail=1, rows="none")) is None
+
+
+def test_a_chunked_prompts_rows_join_in_order_and_merge_by_position():
+    """Pending.then puts a later chunk's rows after the earlier ones and keeps only the last
+    ``window`` queries; merged_order sorts the step's tokens and the rows computed again by
+    request, then position (identity without such rows)."""
+    from gpu.serving.tiered import Pending, Virtual, merged_order
+
+    def rows(lo, hi):
+        pos = torch.arange(lo, hi)
+        return Pending(pos, pos[:, None].float(), [pos[:, None] * 2], [pos[:, None] * 3], pos)
+
+    both = rows(0, 5).then(rows(5, 8), window=4)
+    assert both.positions.tolist() == list(range(8)) and both.x[:, 0].tolist() == list(range(8))
+    assert both.keys[0][:, 0].tolist() == [2 * p for p in range(8)]
+    assert both.query_positions.tolist() == [4, 5, 6, 7]
+    assert both.queries[0][:, 0].tolist() == [12, 15, 18, 21]
+    owner, pos = np.array([0, 0, 1, 1]), np.array([6, 7, 3, 4])
+    none = Virtual.none(torch.zeros(0, 2))
+    assert merged_order(owner, pos, none).tolist() == [0, 1, 2, 3]
+    again = Virtual.join([Virtual(np.array([1, 1]), np.array([0, 2]), torch.zeros(2, 2),
+                                  np.array([True, False])),
+                          Virtual(np.array([0]), np.array([1]), torch.zeros(1, 2),
+                                  np.array([True]))], torch.zeros(0, 2))
+    order = merged_order(owner, pos, again)
+    merged = list(zip(np.concatenate([owner, again.owner])[order],
+                      np.concatenate([pos, again.positions])[order]))
+    assert merged == [(0, 1), (0, 6), (0, 7), (1, 0), (1, 2), (1, 3), (1, 4)]

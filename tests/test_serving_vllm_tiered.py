@@ -4,12 +4,9 @@ smollm2-135m, fp32, eager and compiled, split 12 (reference layers 3/7/11), kv k
 the prefix with whole spans. The oracle is the project's engine (gpu.core.engine.Engine with
 gpu.core.select.AttentionRows over the same tokens):
 
-- a prompt that fits one step: vLLM fills exactly the rows the engine fills (the same
-  ranking, the same spans, the same sink rows), and its first answer token's log-probabilities
-  and greedy answer equal the engine's;
-- a prompt vLLM cuts into 64-token steps: every row of a step before the one holding the
-  prompt's end runs exact, the last step ranks its own rows, and the answer equals the
-  engine's with exactly the rows vLLM left exact.
+- a prompt that fits one step, and a prompt vLLM cuts into 64-token steps: vLLM fills exactly
+  the rows the engine fills (the same ranking, the same spans, the same sink rows), and its
+  first answer token's log-probabilities and greedy answer equal the engine's.
 """
 from __future__ import annotations
 
@@ -22,7 +19,6 @@ import torch
 from gpu.core import models
 from gpu.core.config import PrefillConfig
 from gpu.core.engine import Engine
-from gpu.core.extras import Extras
 from gpu.core.prompt import from_ids
 from gpu.maps.files import load_maps
 
@@ -67,23 +63,21 @@ def _served(llm, text):
 
 
 def test_served_rows_and_answers_equal_the_engines(tiered):
+    """Whether vLLM prefills the prompt in one step or in 64-token chunks (the earlier chunks
+    filled for now, their rows ranked when the end arrives, the chosen ones computed again
+    from x_S), it leaves exact exactly the rows the engine's one-pass prefill chooses, and
+    answers as the engine does."""
     loaded, maps, config, llm, budget = tiered
     engine = Engine(loaded.model, maps)
-    plain = PrefillConfig(split=SPLIT, tail=TAIL, fill="kv", values_fill="identity",
-                          rows="none")
     for text in PROMPTS[:3]:
         ids = _ids(loaded.tokenizer, text)
         n_prefix = ids.shape[1] - TAIL
+        assert budget is None or n_prefix > 2 * budget      # chunked: three steps or more
         out, filled = _served(llm, text)
         exact = np.setdiff1d(np.arange(n_prefix), filled)
-        if budget is None:      # one step: the engine's own selection
-            pre = engine.prefill(ids, config, prompt=from_ids(loaded.tokenizer, ids))
-            assert exact.tolist() == pre.plan.exact_rows.tolist(), text[:30]
-            assert int(0.2 * n_prefix) <= exact.size < 0.6 * n_prefix
-        else:                   # chunks: only the step holding the prompt's end fills
-            last = (ids.shape[1] - 1) // budget * budget
-            assert filled.size and filled.min() >= last, text[:30]
-            pre = engine.prefill(ids, plain, Extras(exact_rows=exact))
+        pre = engine.prefill(ids, config, prompt=from_ids(loaded.tokenizer, ids))
+        assert exact.tolist() == pre.plan.exact_rows.tolist(), text[:30]
+        assert int(0.2 * n_prefix) <= exact.size < 0.6 * n_prefix
         ref = torch.log_softmax(pre.last_logits.double(), -1)
         for token, lp in out.logprobs[0].items():
             assert abs(lp.logprob - float(ref[token])) <= LOGPROB_TOL, (token, text[:30])

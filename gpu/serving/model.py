@@ -20,22 +20,16 @@ a chunk of one, or the rest of one whose start was cached: gpu.serving.rows):
 Every other step (decoding, prompts that fit the tail, short continuations) is vLLM's own
 compiled forward. The attention calls go to vLLM's CPU attention backend (CPU_ATTN): its
 cache write and its kernel, with metadata for the exact rows built the way its metadata
-builder builds it. Engine modes the classes cannot run are refused when the class is built
+builder builds it (gpu.serving.exact). Engine modes the classes cannot run are refused when the class is built
 (gpu.serving.settings.check_engine).
 """
 from __future__ import annotations
-
-import dataclasses
-import logging
 
 import numpy as np
 import torch
 from torch import nn
 from torch.profiler import record_function
-from vllm import _custom_ops as ops
-from vllm import envs
 from vllm.config import CompilationMode
-from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.attention.attention import get_attention_context
 from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 from vllm.model_executor.models.llama import LlamaForCausalLM
@@ -48,9 +42,8 @@ from ..maps.files import load_maps
 from . import rows as step_rows
 from . import step as step_info
 from . import tiered
+from .exact import exact_metadata, exact_rows, slots_of, step_metadata
 from .settings import check_engine, read
-
-log = logging.getLogger("ridgefill")
 
 
 class Projection:
@@ -157,25 +150,14 @@ class Ranker:
         q, _ = attn.rotary_emb(positions[window], self.q[layer](x[window]).contiguous())
         return q, k
 
-    def exact_rows(self, probes: list, requests: dict, positions: torch.Tensor,
-                   pieces_of) -> np.ndarray:
-        """Step-token indices of the rows the selection makes exact: per tiered.Request of
-        ``requests`` (by index; each holds its prompt's end, and the probes' queries hold
-        their windows in this order), its chosen rows among its new prefix rows."""
-        out, at = [], 0
-        for i, r in requests.items():
-            window = r.window(self.selection.window)
-            queries, at = slice(at, at + window.size), at + window.size
-            keys = slice(r.start, r.start + r.prompt_len - r.first)
-            q_pos = positions[torch.as_tensor(window)]
-            scores = sum(tiered.received(q[queries].unflatten(-1, (-1, self._head(l))),
-                                         k[keys].unflatten(-1, (-1, self._head(l))),
-                                         q_pos, positions[keys], self.layers[l].self_attn.scaling)
-                         for l, (q, k) in zip(self.selection.layers, probes))
-            pieces = pieces_of(i, r) if self.selection.complete else None
-            out.append(r.start + tiered.chosen(scores.numpy().astype(np.float64), r.n_prefix,
-                                               self.selection, pieces))
-        return np.concatenate(out) if out else np.zeros(0, np.int64)
+    def scores(self, rows: tiered.Pending) -> np.ndarray:
+        """Attention each of ``rows`` receives from their last queries, summed over the
+        reference layers (gpu.core.select.lower_received)."""
+        total = sum(tiered.received(q.unflatten(-1, (-1, self._head(l))),
+                                    k.unflatten(-1, (-1, self._head(l))), rows.query_positions,
+                                    rows.positions, self.layers[l].self_attn.scaling)
+                    for l, q, k in zip(self.selection.layers, rows.queries, rows.keys))
+        return total.numpy().astype(np.float64)
 
     def _head(self, layer: int) -> int:
         return self.layers[layer].self_attn.head_dim
@@ -190,7 +172,7 @@ class RidgeFillMixin:
         config, path, self.min_fill_rows = read(vllm_config.model_config.hf_config)
         self.rows_filled = 0       # prompt rows this engine has filled so far (a counter)
         self.last_filled = np.zeros(0, np.int64)   # positions the last filling step filled
-        self.warned_chunks = False
+        self.pending: dict[str, tiered.Pending] = {}   # chunked prompts' rows, by request id
         dtype = vllm_config.model_config.dtype
         loaded = load_maps(path, dtype=dtype) if config.needs_maps else None
         config = config.resolve(len(self.model.layers), loaded)
@@ -224,7 +206,7 @@ class RidgeFillMixin:
         return loaded
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        step, requests = _step_metadata(), step_info.current()
+        step, requests = step_metadata(), step_info.current()
         if step is not None and requests is not None and \
                 requests.prompt_lens.size != step.seq_lens.numel():
             raise RuntimeError(f"vLLM's step holds {step.seq_lens.numel()} requests and its "
@@ -235,18 +217,8 @@ class RidgeFillMixin:
             # a request that reads prompt logprobs needs every row: none left to fill
             np.where(requests.exact, requests.prompt_lens, requests.started),
             self.ridgefill.config.tail, self.min_fill_rows)
-        if self.ranker is not None and any(p.size for p in prefix):
-            # the ranking reads the prompt's last rows: a prompt whose end a later step
-            # holds (a chunk) runs exact here
-            ends = self._requests(step, prefix)
-            held = [p if i in ends and ends[i].holds_end else p[:0] for i, p in enumerate(prefix)]
-            if not self.warned_chunks and sum(map(len, held)) < sum(map(len, prefix)):
-                self.warned_chunks = True
-                log.warning("rows='attention': a prompt longer than the step budget runs its "
-                            "earlier chunks exact; raise --max-num-batched-tokens to the "
-                            "longest prompt to fill them")
-            prefix = held
-        if not any(p.size for p in prefix):
+        waiting = self._waiting(requests)
+        if not any(p.size for p in prefix) and not waiting:
             return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
         return self._ridgefill_forward(input_ids, positions, inputs_embeds, step, prefix)
 
@@ -269,22 +241,32 @@ class RidgeFillMixin:
         m, fill = self.model, self.ridgefill
         qsl, sl = step.query_start_loc.numpy(), step.seq_lens.numpy()
         requests = {} if self.ranker is None else self._requests(step, prefix)
-        window = (torch.as_tensor(np.concatenate([r.window(self.ranker.selection.window)
-                                                  for r in requests.values()]))
-                  if requests else None)
+        lasts = {i: r.last(self.ranker.selection.window) for i, r in requests.items()}
+        window = torch.as_tensor(np.concatenate(list(lasts.values()))) if requests else None
         with record_function("ridgefill.lower"):
             h, residual, x, probes = self.lower_pass(input_ids, positions, inputs_embeds,
                                                      window)
-        if requests:
-            with record_function("ridgefill.select"):
-                exact = self.ranker.exact_rows(probes, requests, positions, self._pieces)
-            prefix = [np.setdiff1d(p, exact) for p in prefix]
-        if "entries" in {writes(k) for k in (fill.config.fill, fill.config.values_fill) if k}:
-            prefix = [np.setdiff1d(p, sink_rows(x[None], p)) for p in prefix]
-        plan = step_rows.plan_step(qsl, sl, np.concatenate(prefix))
-        self.rows_filled += int(plan.filled.size)
+        with record_function("ridgefill.select"):
+            filled, virtual, waiting = self._choose(prefix, requests, lasts, probes, positions, x)
+        # the step's tokens, then the earlier rows computed again, by request and position
+        total, n = x.shape[0], int(qsl[-1])      # rows past qsl[-1]: padding, never read
+        pos = positions.numpy()[:n]
+        owner = np.repeat(np.arange(sl.size), np.diff(qsl))
+        order = tiered.merged_order(owner, pos, virtual)
+        at = np.empty_like(order)
+        at[order] = np.arange(order.size)
+        plan = step_rows.plan_rows(np.concatenate([owner, virtual.owner])[order],
+                                   np.concatenate([pos, virtual.positions])[order],
+                                   at[np.concatenate([filled, n + np.flatnonzero(~virtual.exact)])])
+        if virtual.positions.size:
+            o, xv = torch.as_tensor(order), virtual.x
+            x, h = torch.cat([x[:n], xv])[o], torch.cat([h[:n], xv])[o]
+            residual = torch.cat([residual[:n], torch.zeros_like(xv)])[o]
+            positions = torch.cat([positions[:n], torch.as_tensor(virtual.positions)])[o]
+        settled = plan.filled[~np.isin(order[plan.filled], waiting)]
+        self.rows_filled += int(settled.size)
         c, f = torch.as_tensor(plan.computed), torch.as_tensor(plan.filled)
-        self.last_filled = positions[f].numpy()
+        self.last_filled = positions[torch.as_tensor(settled)].numpy()
         hc, rc, pos_c = h[c], residual[c], positions[c]
         with record_function("ridgefill.fill"):
             entries = self.fill_pass(x[f], positions[f])
@@ -294,90 +276,102 @@ class RidgeFillMixin:
             attn = layer.self_attn
             meta, attn_layer, kv_cache, slots = get_attention_context(attn.attn.layer_name)
             kv_heads, d = attn.num_kv_heads, attn.head_dim
+            if id(meta) not in exact_meta:
+                every = slots_of(meta, kv_cache, slots, owner, pos, virtual, order)
+                exact_meta[id(meta)] = every, (exact_metadata(
+                    meta, plan, attn_layer, self.ridgefill_dtype, every) if c.numel() else None)
+            every, meta_c = exact_meta[id(meta)]
             with record_function("ridgefill.fill"):
                 kf, vf = entries[l - fill.split]
                 attn_layer.impl.do_kv_cache_update(attn_layer, kf.reshape(-1, kv_heads, d),
                                                    vf.reshape(-1, kv_heads, d), kv_cache,
-                                                   slots[f])
+                                                   every[f])
             if not c.numel():      # a chunk of filled rows only: no query runs
                 continue
-            if id(meta) not in exact_meta:
-                exact_meta[id(meta)] = _exact_metadata(meta, plan, attn_layer,
-                                                       self.ridgefill_dtype)
             with record_function("ridgefill.exact_rows"):
-                hc, rc = _exact_rows(layer, hc, rc, pos_c, attn_layer, kv_cache, slots[c],
-                                     exact_meta[id(meta)])
-        out = h.new_zeros(h.shape[0], h.shape[-1])
+                hc, rc = exact_rows(layer, hc, rc, pos_c, attn_layer, kv_cache, every[c],
+                                     meta_c)
+        out = h.new_zeros(total, h.shape[-1])
         if c.numel():
-            out[c] = m.norm(hc, rc)[0]
+            mine = order[plan.computed] < n       # the step's own rows (not rows computed again)
+            out[torch.as_tensor(order[plan.computed][mine])] = \
+                m.norm(hc, rc)[0][torch.as_tensor(mine)]
         return out
 
+    def _choose(self, prefix, requests, lasts, probes, positions, x):
+        """The step's filled rows (step-token indices), the earlier rows of chunked prompts
+        that this step computes again (tiered.Virtual), and the step indices of the rows of
+        prompts whose end a later step holds (filled for now, ranked then). Without a
+        selection: every prefix row but the kv fill's sink rows."""
+        fills = {writes(k) for k in (self.ridgefill.config.fill, self.ridgefill.config.values_fill)
+                 if k}
+
+        def sinks(xs: torch.Tensor, rows: np.ndarray) -> np.ndarray:
+            return sink_rows(xs[None], rows) if "entries" in fills else rows[:0]
+
+        if not requests:
+            return (np.concatenate([np.setdiff1d(p, sinks(x, p)) for p in prefix]),
+                    tiered.Virtual.none(x), np.zeros(0, np.int64))
+        ids, window = step_info.current().req_ids, self.ranker.selection.window
+        filled, virtual, waiting, at = [], [], [], 0
+        for i, p in enumerate(prefix):
+            r = requests.get(i)
+            if r is None:
+                filled.append(np.setdiff1d(p, sinks(x, p)))
+                continue
+            held = slice(r.start, r.start + min(r.new, r.prompt_len - r.first))
+            q = slice(at, at + lasts[i].size)
+            at = q.stop
+            mine = tiered.Pending(positions[held], x[held], [k[held] for _, k in probes],
+                                  [qs[q] for qs, _ in probes], positions[torch.as_tensor(lasts[i])])
+            rows = mine if ids[i] not in self.pending else self.pending[ids[i]].then(mine, window)
+            if not r.holds_end:     # filled for now; ranked with the rest at the prompt's end
+                self.pending[ids[i]] = tiered.Pending(
+                    rows.positions.clone(), rows.x.clone(), [k.clone() for k in rows.keys],
+                    [q.clone() for q in rows.queries], rows.query_positions.clone())
+                filled.append(np.setdiff1d(p, sinks(x, p)))
+                waiting.append(np.arange(held.start, held.stop))
+                continue
+            self.pending.pop(ids[i], None)
+            start = int(rows.positions[0])
+            n_prefix = r.prompt_len - r.tail - start
+            chosen = tiered.chosen(self.ranker.scores(rows), n_prefix, self.ranker.selection,
+                                   self._pieces(i, start, n_prefix))
+            rest = np.setdiff1d(np.arange(n_prefix), chosen)
+            exact = start + np.union1d(chosen, sinks(rows.x, rest))
+            filled.append(np.setdiff1d(p, r.start + exact[exact >= r.first] - r.first))
+            earlier = np.arange(start, min(r.first, r.prompt_len - r.tail))
+            virtual.append(tiered.Virtual(np.full(earlier.size, i), earlier,
+                                          rows.x[torch.as_tensor(earlier - start)],
+                                          np.isin(earlier, exact)))
+        return (np.concatenate(filled), tiered.Virtual.join(virtual, x),
+                np.concatenate(waiting) if waiting else np.zeros(0, np.int64))
+
+    def _waiting(self, requests) -> bool:
+        """Whether a request of this step has rows waiting for its prompt's end (a chunked
+        prompt under a selection); rows of requests that left the batch are dropped."""
+        if self.ranker is None or requests is None:
+            return False
+        self.pending = {k: v for k, v in self.pending.items() if k in requests.req_ids}
+        return bool(self.pending)
+
     def _requests(self, step, prefix) -> dict[int, tiered.Request]:
-        """The requests whose prefix rows this step fills (``prefix``), by index."""
+        """The requests whose prefix rows this step fills (``prefix``), or that have rows
+        waiting for their prompt's end, by index."""
         qsl, sl = step.query_start_loc.numpy(), step.seq_lens.numpy()
-        lens, tail = step_info.current().prompt_lens, self.ridgefill.config.tail
+        info, tail = step_info.current(), self.ridgefill.config.tail
         return {i: tiered.Request(start=int(qsl[i]), first=int(sl[i] - (qsl[i + 1] - qsl[i])),
-                                  new=int(qsl[i + 1] - qsl[i]), prompt_len=int(lens[i]),
+                                  new=int(qsl[i + 1] - qsl[i]), prompt_len=int(info.prompt_lens[i]),
                                   tail=tail)
-                for i, p in enumerate(prefix) if p.size}
+                for i, p in enumerate(prefix) if p.size or info.req_ids[i] in self.pending}
 
-    def _pieces(self, i: int, r: tiered.Request) -> list[str]:
-        """The token pieces of request ``i``'s new prefix rows (span completion)."""
-        ids = step_info.current().prompt_ids[i][r.first:r.first + r.n_prefix]
+    def _pieces(self, i: int, start: int, n: int) -> list[str] | None:
+        """The token pieces of request ``i``'s prompt rows ``start .. start + n`` (span
+        completion; None when the selection does not complete spans)."""
+        if not self.ranker.selection.complete:
+            return None
+        ids = step_info.current().prompt_ids[i][start:start + n]
         return self.pieces([int(t) for t in ids])
-
-
-def _exact_rows(layer, h, residual, positions, attn_layer, kv_cache, slots, meta):
-    """One vLLM decoder layer on the exact rows only: their entries into the paged cache,
-    their queries over it (``meta``: :func:`_exact_metadata`), the output projection, MLP."""
-    attn, impl = layer.self_attn, attn_layer.impl
-    heads, kv_heads, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-    hn, residual = layer.input_layernorm(h, residual)
-    qkv, _ = attn.qkv_proj(hn)
-    q, k, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
-    q, k = attn.rotary_emb(positions, q, k)
-    k, v = k.reshape(-1, kv_heads, d), v.reshape(-1, kv_heads, d)
-    impl.do_kv_cache_update(attn_layer, k, v, kv_cache, slots)
-    out = q.new_empty(q.shape[0], heads, d)
-    impl.forward(attn_layer, q.reshape(-1, heads, d), k, v, kv_cache, meta, output=out)
-    o, _ = attn.o_proj(out.view(q.shape[0], -1))
-    h, residual = layer.post_attention_layernorm(o, residual)
-    return layer.mlp(h), residual
-
-
-def _step_metadata():
-    """The CPU attention metadata of this step (any layer's: one KV cache group), or None in
-    vLLM's dummy and profiling runs."""
-    try:
-        raw = get_forward_context().attn_metadata
-    except AssertionError:
-        return None
-    if isinstance(raw, list):
-        raw = raw[0]
-    if isinstance(raw, dict):
-        raw = next(iter(raw.values()), None)
-    return raw if raw is not None and hasattr(raw, "scheduler_metadata") else None
-
-
-def _exact_metadata(meta, plan: step_rows.StepRows, attn_layer, dtype: torch.dtype):
-    """``meta`` (the step's CPU attention metadata) for the exact rows only: one attention
-    sequence per run of them (gpu.serving.rows), built as vLLM's metadata builder builds it."""
-    itype = meta.query_start_loc.dtype
-    qsl = torch.as_tensor(plan.starts, dtype=itype)
-    seq_lens = torch.as_tensor(plan.seq_lens, dtype=meta.seq_lens.dtype)
-    impl = attn_layer.impl
-    scheduler = ops.cpu_attn_get_scheduler_metadata(
-        num_reqs=int(seq_lens.numel()), num_heads=impl.num_heads, num_kv_heads=impl.num_kv_heads,
-        head_dim=impl.head_size, seq_lens=seq_lens, dtype=dtype, query_start_loc=qsl,
-        causal=True, sliding_window_size=impl.sliding_window, isa=attn_layer.isa,
-        enable_kv_split=envs.VLLM_CPU_ATTN_SPLIT_KV, kv_cache_dtype=impl.kv_cache_dtype)
-    return dataclasses.replace(
-        meta, num_actual_tokens=int(plan.computed.size),
-        max_query_len=int(np.diff(plan.starts).max()), query_start_loc=qsl,
-        max_seq_len=int(plan.seq_lens.max()), seq_lens=seq_lens,
-        block_table=meta.block_table[torch.as_tensor(plan.owner)],
-        slot_mapping=meta.slot_mapping[torch.as_tensor(plan.computed)],
-        scheduler_metadata=scheduler)
 
 
 class RidgeFillQwen2ForCausalLM(RidgeFillMixin, Qwen2ForCausalLM):

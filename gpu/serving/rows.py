@@ -74,12 +74,17 @@ def plan_step(query_start_loc, seq_lens, filled) -> StepRows:
     """The step's filled rows (``filled``: step-token indices) and the attention sequences
     of every other row (see :class:`StepRows`)."""
     qsl, sl = np.asarray(query_start_loc, np.int64), np.asarray(seq_lens, np.int64)
-    n = int(qsl[-1])
-    is_filled = np.zeros(n, bool)
+    return plan_rows(np.repeat(np.arange(sl.size), np.diff(qsl)), positions_of(qsl, sl), filled)
+
+
+def plan_rows(owner, pos, filled) -> StepRows:
+    """:func:`plan_step` over rows given by their request (``owner``) and position, ordered
+    by request and, within one, by position (a step's tokens, or a step's tokens with rows of
+    earlier steps of a request put before them: gpu.serving.tiered)."""
+    owner_tok, pos = np.asarray(owner, np.int64), np.asarray(pos, np.int64)
+    is_filled = np.zeros(pos.size, bool)
     is_filled[np.asarray(filled, np.int64)] = True
     computed = np.flatnonzero(~is_filled)
-    owner_tok = np.repeat(np.arange(sl.size), np.diff(qsl))        # request of each token
-    pos = positions_of(qsl, sl)
     c_owner, c_pos = owner_tok[computed], pos[computed]
     # a new sequence wherever the request changes or a position is skipped
     new = np.ones(computed.size, bool)

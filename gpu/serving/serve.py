@@ -48,18 +48,11 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
         return served + list(extra), f"{name}: stock vLLM (fill exact), {dtype}"
     model_type(folder)
     config, maps = served_maps(name, folder, config, maps)
-    served += ["--hf-overrides", json.dumps(overrides(folder, config, maps))]
-    step = ""
-    if config.rows != "none" and not any(a.startswith("--max-num-batched-tokens") for a in extra):
-        # the ranking reads a prompt's last rows, so a prompt selects only when one step
-        # holds all of it (a chunked prompt's earlier steps run exact: gpu.serving.tiered)
-        budget = max_model_len or _config(folder).max_position_embeddings
-        served += ["--max-num-batched-tokens", str(budget)]
-        step = f", prompts of up to {budget} tokens in one step"
+    served += ["--hf-overrides", json.dumps(overrides(folder, config, maps)), *extra]
     values = config.values_fill or config.fill
-    return served + list(extra), (
-        f"{name}: RidgeFill keys {config.fill} / values {values}, split {config.split}, tail "
-        f"{config.tail}, rows {config.rows}{step}, {dtype}" + (f", maps {maps}" if maps else ""))
+    return served, (f"{name}: RidgeFill keys {config.fill} / values {values}, split "
+                    f"{config.split}, tail {config.tail}, rows {config.rows}, {dtype}"
+                    + (f", maps {maps}" if maps else ""))
 
 
 def served_maps(name: str, folder: Path, config, maps):
@@ -82,14 +75,9 @@ def served_maps(name: str, folder: Path, config, maps):
     return config.resolve(_n_layers(folder), found), str(Path(maps).resolve())
 
 
-def _config(folder: Path):
-    """The folder's text model config."""
-    from transformers import AutoConfig
-    return AutoConfig.from_pretrained(folder).get_text_config()
-
-
 def _n_layers(folder: Path) -> int:
-    return int(_config(folder).num_hidden_layers)
+    from transformers import AutoConfig
+    return int(AutoConfig.from_pretrained(folder).get_text_config().num_hidden_layers)
 
 
 def become_vllm(argv: list[str], extra: tuple[str, ...]) -> None:

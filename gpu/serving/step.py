@@ -30,12 +30,14 @@ class Step:
     length), ``started`` (the tokens it had computed when its prefill began in this engine:
     its cached prefix, 0 for a fresh prompt), ``exact`` (it asked for prompt logprobs,
     which read every prompt row's logits, so none of its rows is filled) and ``prompt_ids``
-    (its prompt's token ids: the tiered selection completes spans from their pieces)."""
+    (its prompt's token ids: the tiered selection completes spans from their pieces) and
+    ``req_ids`` (vLLM's request ids: a chunked prompt's rows wait under its id)."""
 
     prompt_lens: np.ndarray
     started: np.ndarray
     exact: np.ndarray
     prompt_ids: tuple[np.ndarray, ...] = ()
+    req_ids: tuple[str, ...] = ()
 
 
 def current() -> Step | None:
@@ -76,7 +78,7 @@ def install() -> None:
             started=tracker.started(ids, batch.num_computed_tokens_cpu[:n]),
             exact=np.asarray([r in runner.num_prompt_logprobs for r in ids], bool),
             prompt_ids=tuple(batch.token_ids_cpu[i, :batch.num_prompt_tokens[i]]
-                             for i in range(n))))
+                             for i in range(n)), req_ids=tuple(ids)))
         try:
             return forward(runner, *args, **kwargs)
         finally:

@@ -6,10 +6,13 @@ pay them in the reference layers below the split, summed over heads and window r
 top ``share`` of the prefix exact to the top and fills the rest (gpu.core.select.AttentionRows,
 optionally with whole spans). In vLLM the same scores are read while the lower layers run:
 each reference layer's keys of the step's rows and the queries of the window rows (projected
-from the layer's input by gpu.serving.model). The ranking needs the window, so only the step
-that holds a prompt's last row selects; a prompt's rows in an earlier step (a chunk of a prompt
-longer than vLLM's step budget, ``--max-num-batched-tokens``) run exact, the safe side. A
-prompt whose start was cached ranks its new rows only (the cached rows keep their entries).
+from the layer's input by gpu.serving.model). The ranking needs the window, so the step that
+holds a prompt's last row selects. A prompt vLLM cuts into chunks (longer than its step budget,
+``--max-num-batched-tokens``) fills each earlier chunk's rows when they are computed and keeps
+their x_S, keys and last queries (:class:`Pending`); the step holding the end ranks every new
+row, recomputes the chosen earlier rows from x_S to the top and rewrites the others' entries,
+so a chunked prompt ends as the whole prompt in one step would. A prompt whose start was cached
+ranks its new rows only (the cached rows keep their entries).
 Pure torch and NumPy: no vLLM import.
 """
 from __future__ import annotations
@@ -61,16 +64,39 @@ class Request:
         """Whether this step computes the prompt's last row (the window's last query)."""
         return self.first < self.prompt_len <= self.first + self.new
 
-    def window(self, window: int) -> np.ndarray:
-        """Step-token indices of the window rows this step holds: the prompt's last ``window``
-        rows, from this step's first row on."""
-        lo = max(self.prompt_len - window, self.first)
-        return self.start + np.arange(lo - self.first, self.prompt_len - self.first)
+    def last(self, window: int) -> np.ndarray:
+        """Step-token indices of the last ``window`` prompt rows this step holds (the window's
+        queries when it holds the prompt's end; kept for it otherwise)."""
+        hi = min(self.first + self.new, self.prompt_len)
+        lo = max(hi - window, self.first)
+        return self.start + np.arange(lo - self.first, hi - self.first)
 
     @property
     def n_prefix(self) -> int:
         """New prefix rows of this step (positions first .. prompt_len - tail)."""
         return max(self.prompt_len - self.tail - self.first, 0)
+
+
+@dataclass
+class Pending:
+    """A prompt's new rows from steps before the one holding its end (vLLM cut it into
+    chunks): their positions, x_S and keys at the reference layers, and the queries of its
+    last ``window`` rows so far. They are filled when computed and ranked with the rest when
+    the prompt's end arrives (gpu.serving.model)."""
+
+    positions: torch.Tensor
+    x: torch.Tensor
+    keys: list[torch.Tensor]
+    queries: list[torch.Tensor]
+    query_positions: torch.Tensor
+
+    def then(self, later: "Pending", window: int) -> "Pending":
+        """These rows followed by ``later``'s, the queries cut to the last ``window``."""
+        cat = torch.cat
+        return Pending(cat([self.positions, later.positions]), cat([self.x, later.x]),
+                       [cat(p) for p in zip(self.keys, later.keys)],
+                       [cat(p)[-window:] for p in zip(self.queries, later.queries)],
+                       cat([self.query_positions, later.query_positions])[-window:])
 
 
 def received(queries: torch.Tensor, keys: torch.Tensor, q_pos: torch.Tensor,
@@ -95,3 +121,37 @@ def chosen(scores: np.ndarray, n_prefix: int, selection: Selection,
     if selection.complete and rows.size:
         rows = rs.complete_spans(rows, pieces, n_prefix)
     return rows
+
+
+@dataclass(frozen=True)
+class Virtual:
+    """Rows of earlier steps that the step holding their prompt's end computes again:
+    ``owner`` (the request's index in the step), ``positions``, x_S, and whether each runs
+    exact (chosen) or is filled again (its entry rewritten as the whole-prompt fill writes it)."""
+
+    owner: np.ndarray
+    positions: np.ndarray
+    x: torch.Tensor
+    exact: np.ndarray
+
+    @classmethod
+    def none(cls, like: torch.Tensor) -> "Virtual":
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), like[:0], np.zeros(0, bool))
+
+    @classmethod
+    def join(cls, parts: list["Virtual"], like: torch.Tensor) -> "Virtual":
+        """The rows of ``parts`` together (none: :meth:`none`)."""
+        if not parts:
+            return cls.none(like)
+        return cls(np.concatenate([v.owner for v in parts]).astype(np.int64),
+                   np.concatenate([v.positions for v in parts]).astype(np.int64),
+                   torch.cat([v.x for v in parts]), np.concatenate([v.exact for v in parts]))
+
+
+def merged_order(step_owner: np.ndarray, step_pos: np.ndarray, virtual: Virtual) -> np.ndarray:
+    """The order of the rows [the step's tokens, then ``virtual``'s] by request and position
+    (what gpu.serving.rows.plan_rows reads): identity when there are no virtual rows."""
+    if not virtual.positions.size:
+        return np.arange(step_pos.size)
+    return np.lexsort((np.concatenate([step_pos, virtual.positions]),
+                       np.concatenate([step_owner, virtual.owner])))

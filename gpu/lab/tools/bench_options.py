@@ -49,8 +49,7 @@ class BenchOptions:
                                    choices=VLLM_ARMS)
     tiered: tuple[str, ...] = option((), "--engine vllm: also RidgeFill under these "
                                      "configurations, named as the study's arms (e.g. "
-                                     "kv+attn20c@12/t1: gpu.lab.eval.grid.parse_arm), each "
-                                     "prefilling a prompt in one step")
+                                     "kv+attn20c@12/t1: gpu.lab.eval.grid.parse_arm)")
     reference: bool = option(True, "--engine vllm: also the project's transformers engine, "
                                    "exact prefill in fp32, once per length")
     random_weights: bool = option(False, "the built-in architectures with random weights "

@@ -74,10 +74,7 @@ def engines(name: str, folder: Path, cfgs: dict, n_max: int, dtype: str, arms) -
     for arm, cfg in cfgs.items():
         maps = (cached_maps(name, cfg.split, cfg.map_kinds[0])
                 if cfg.needs_maps else None)
-        # a selecting configuration ranks a prompt from its last rows: one step a prompt
-        out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps),
-                       **(common if cfg.rows == "none" else dict(
-                           common, max_num_batched_tokens=n_max + 64)))
+        out[arm] = LLM(str(folder), hf_overrides=overrides(folder, cfg, maps), **common)
     return out
 
 
