@@ -79,7 +79,7 @@ def test_a_tiered_server_keeps_vllms_step_budget():
     assert not [a for a in argv if "max-num-batched-tokens" in a or "chunked-prefill" in a]
     hf = json.loads(argv[argv.index("--hf-overrides") + 1])
     assert hf["ridgefill"]["config"]["selector_options"] == {"share": 0.2, "complete": True}
-    assert "rows attention" in summary
+    assert "rows attention complete=True share=0.2" in summary
     with pytest.raises(ValueError, match="drop blind"):
         serve.command(str(folder), **{**tiered, "selector_options": {"blind": True}})
 

@@ -50,8 +50,9 @@ def command(model: str, maps: str | None = None, port: int = 8000, host: str = "
     config, maps = served_maps(name, folder, config, maps)
     served += ["--hf-overrides", json.dumps(overrides(folder, config, maps)), *extra]
     values = config.values_fill or config.fill
+    rows = config.rows + "".join(f" {k}={v}" for k, v in config.options.items())
     return served, (f"{name}: RidgeFill keys {config.fill} / values {values}, split "
-                    f"{config.split}, tail {config.tail}, rows {config.rows}, {dtype}"
+                    f"{config.split}, tail {config.tail}, rows {rows}, {dtype}"
                     + (f", maps {maps}" if maps else ""))
 
 
