@@ -12,7 +12,10 @@ holds a prompt's last row selects. A prompt vLLM cuts into chunks (longer than i
 their x_S, keys and last queries (:class:`Pending`); the step holding the end ranks every new
 row, recomputes the chosen earlier rows from x_S to the top and rewrites the others' entries,
 so a chunked prompt ends as the whole prompt in one step would. A prompt whose start was cached
-ranks its new rows only (the cached rows keep their entries).
+ranks its new rows only (the cached rows keep their entries). Until the end arrives the earlier
+blocks hold the plain fill: a request that reuses them from vLLM's prefix cache meanwhile, or
+this request after a preemption (its waiting rows are dropped when it leaves the batch), reads
+those filled entries (valid, but without the chosen rows made exact).
 Pure torch and NumPy: no vLLM import.
 """
 from __future__ import annotations
