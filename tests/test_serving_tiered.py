@@ -111,3 +111,18 @@ def test_a_chunked_prompts_rows_join_in_order_and_merge_by_position():
     merged = list(zip(np.concatenate([owner, again.owner])[order],
                       np.concatenate([pos, again.positions])[order]))
     assert merged == [(0, 1), (0, 6), (0, 7), (1, 0), (1, 2), (1, 3), (1, 4)]
+
+
+def test_a_kept_chunk_owns_its_tensors():
+    """Pending.clone equals its source and shares no storage with it: the step's buffers it
+    was cut from are overwritten by the next step."""
+    from gpu.serving.tiered import Pending
+
+    pos = torch.arange(4)
+    src = Pending(pos, pos[:, None].float(), [pos[:, None] * 2], [pos[:, None] * 3], pos)
+    copy = src.clone()
+    for a, b in zip([src.positions, src.x, *src.keys, *src.queries, src.query_positions],
+                    [copy.positions, copy.x, *copy.keys, *copy.queries, copy.query_positions]):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    src.x.zero_()
+    assert copy.x[:, 0].tolist() == [0, 1, 2, 3]

@@ -108,11 +108,14 @@ class Selector:
     def rows(self, ctx: Context) -> np.ndarray:
         raise NotImplementedError
 
+    def completed(self, rows: np.ndarray, pieces: list[str] | None,
+                  n_prefix: int) -> np.ndarray:
+        """``rows`` completed to whole spans of ``pieces`` when the selector asks."""
+        return rs.complete_spans(rows, pieces, n_prefix) if self.complete and rows.size else rows
+
     def __call__(self, ctx: Context) -> np.ndarray:
         rows = self.rows(ctx)
-        if self.complete and rows.size:
-            rows = rs.complete_spans(rows, ctx.prompt.pieces, ctx.plan.n_prefix)
-        return rows
+        return self.completed(rows, ctx.prompt.pieces, ctx.plan.n_prefix) if self.complete else rows
 
 
 @dataclass
@@ -124,10 +127,14 @@ class AttentionRows(Selector):
     def keep(self, prompt, plan):
         return keep_lower(prompt, plan, self.window, self.blind)
 
+    def ranked(self, received: np.ndarray, n_prefix: int) -> np.ndarray:
+        """The top ``share`` of the ``n_prefix`` prefix rows by the attention they received."""
+        return rs.attention_ranked(received, n_prefix, self.share)
+
     def rows(self, ctx):
         received = lower_received(ctx, query_window(ctx.prompt, self.window, self.blind),
                                   lower_layers(ctx.plan.split))
-        return rs.attention_ranked(received, ctx.plan.n_prefix, self.share)
+        return self.ranked(received, ctx.plan.n_prefix)
 
 
 @dataclass

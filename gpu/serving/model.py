@@ -57,6 +57,12 @@ class Projection:
                             nn.Parameter(bias.contiguous(), requires_grad=False))
         dispatch_cpu_unquantized_gemm(self.holder, remove_weight=False)
 
+    @classmethod
+    def rows_of(cls, linear: nn.Module, rows: slice) -> "Projection":
+        """The output ``rows`` of ``linear`` (a layer's ``qkv_proj``), weight and bias."""
+        w, b = linear.weight, linear.bias
+        return cls(w[rows].clone(), None if b is None else b[rows].clone())
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.holder.cpu_linear(x, self.holder.weight, self.holder.bias)
 
@@ -91,9 +97,7 @@ class Filler:
         """Keep each late layer's K/V projection (call after the weights are loaded)."""
         for l in range(self.split, len(self.layers)):
             attn = self.layers[l].self_attn
-            w, b = attn.qkv_proj.weight, attn.qkv_proj.bias
-            self.kv[l] = Projection(w[attn.q_size:].clone(),
-                                    None if b is None else b[attn.q_size:].clone())
+            self.kv[l] = Projection.rows_of(attn.qkv_proj, slice(attn.q_size, None))
 
     def all_entries(self, x: torch.Tensor, positions: torch.Tensor) -> list:
         """:meth:`entries` of every late layer, split first (one graph when compiled)."""
@@ -134,11 +138,9 @@ class Ranker:
         """Keep each reference layer's Q and K projections (after the weights are loaded)."""
         for l in self.selection.layers:
             attn = self.layers[l].self_attn
-            w, b = attn.qkv_proj.weight, attn.qkv_proj.bias
-            parts = {"q": slice(0, attn.q_size), "k": slice(attn.q_size, attn.q_size + attn.kv_size)}
-            for name, rows in parts.items():
-                getattr(self, name)[l] = Projection(w[rows].clone(),
-                                                    None if b is None else b[rows].clone())
+            self.q[l] = Projection.rows_of(attn.qkv_proj, slice(0, attn.q_size))
+            self.k[l] = Projection.rows_of(attn.qkv_proj,
+                                           slice(attn.q_size, attn.q_size + attn.kv_size))
 
     def probe(self, layer: int, h: torch.Tensor, residual: torch.Tensor | None,
               positions: torch.Tensor, window: torch.Tensor):
@@ -326,9 +328,7 @@ class RidgeFillMixin:
                                   [qs[q] for qs, _ in probes], positions[torch.as_tensor(lasts[i])])
             rows = mine if ids[i] not in self.pending else self.pending[ids[i]].then(mine, window)
             if not r.holds_end:     # filled for now; ranked with the rest at the prompt's end
-                self.pending[ids[i]] = tiered.Pending(
-                    rows.positions.clone(), rows.x.clone(), [k.clone() for k in rows.keys],
-                    [q.clone() for q in rows.queries], rows.query_positions.clone())
+                self.pending[ids[i]] = rows.clone()
                 filled.append(np.setdiff1d(p, sinks(x, p)))
                 waiting.append(np.arange(held.start, held.stop))
                 continue

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rfmodel import selectors as rs
 
 from ..core.attention import attention_probs
 from ..core.select import AttentionRows, lower_layers
@@ -101,6 +100,11 @@ class Pending:
                        [cat(p)[-window:] for p in zip(self.queries, later.queries)],
                        cat([self.query_positions, later.query_positions])[-window:])
 
+    def clone(self) -> "Pending":
+        """A copy owning its tensors (a step's views die with the step's buffers)."""
+        return Pending(self.positions.clone(), self.x.clone(), [k.clone() for k in self.keys],
+                       [q.clone() for q in self.queries], self.query_positions.clone())
+
 
 def received(queries: torch.Tensor, keys: torch.Tensor, q_pos: torch.Tensor,
              k_pos: torch.Tensor, scaling: float) -> torch.Tensor:
@@ -116,14 +120,13 @@ def received(queries: torch.Tensor, keys: torch.Tensor, q_pos: torch.Tensor,
 def chosen(scores: np.ndarray, n_prefix: int, selection: Selection,
            pieces: list[str] | None) -> np.ndarray:
     """The exact rows among ``n_prefix`` new prefix rows (indices from the first new row):
-    the top share by ``scores``, completed to whole spans with the rows' ``pieces`` when the
-    selection asks (AttentionRows.rows, then Selector.__call__)."""
+    the engine's AttentionRows ranking of ``scores``, completed to whole spans with the rows'
+    ``pieces`` when the selection asks."""
     if n_prefix < 2:
         return np.zeros(0, np.int64)
-    rows = rs.attention_ranked(scores, n_prefix, selection.share)
-    if selection.complete and rows.size:
-        rows = rs.complete_spans(rows, pieces, n_prefix)
-    return rows
+    ref = AttentionRows(window=selection.window, share=selection.share,
+                        complete=selection.complete)
+    return ref.completed(ref.ranked(scores, n_prefix), pieces, n_prefix)
 
 
 @dataclass(frozen=True)
