@@ -148,6 +148,7 @@ tiered: models
 	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b $(TIERED) \
 	  --tiered-fills kv ridge none identity.kv --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' \
 	  'identity.kv-values+attn*@{pop}/t1' $(ADVISED_15) $(CUT_15)
+	$(BIN)/python -m gpu.lab.eval.tiered_verdicts results/tiered/qwen2.5-coder-0.5b results/tiered/qwen2.5-coder-1.5b
 
 clean:
 	rm -rf $(VENV) build *.egg-info
