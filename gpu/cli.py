@@ -21,6 +21,10 @@ from .lab.tools.advise_options import AdviseOptions
 from .lab.tools.bench_options import BenchOptions
 from .data.corpus import FetchError
 
+RESUME = ("Journaled and resumable: rerunning the command resumes it. `kill -USR1 PID` stops it "
+          "once the running sample is journaled; SIGTERM or Ctrl-C stops it at once (that "
+          "sample is measured again on the rerun).")
+
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     _model_arg(p)
@@ -191,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     for what, cls, text in (("study", StudyOptions, "the paper's study on each model's preset"),
                             ("mini", MiniOptions, "every instrument once on a tiny model"),
                             ("frontier", FrontierOptions, "split x tail x rows x fill grid")):
-        w = studies.add_parser(what, help=text)
+        w = studies.add_parser(what, help=text, epilog=RESUME)
         options_args(w, cls)
         w.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
         w.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -224,8 +228,8 @@ def _cmd_eval(a) -> int:
     if getattr(a, "threads", None):
         torch.set_num_threads(a.threads)  # on a shared CPU, 1 thread is often fastest
     progress = not getattr(a, "quiet", False)
+    harness.stop_on_sigterm()  # a stopped run still writes its partial report
     if what == "frontier":
-        harness.stop_on_sigterm()  # a stopped frontier still writes its partial report
         frontier.run(options_from_args(a, FrontierOptions), progress=progress)
         return 0
     if what == "mini":

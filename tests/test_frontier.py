@@ -166,6 +166,47 @@ def test_a_stopped_frontier_writes_its_partial_summary(tiny, tmp_path, monkeypat
     assert {r["arm"]: r for r in done["rows"]}["ridge@5/t1"]["dnll_novel"] is not None
 
 
+def test_sigusr1_stops_the_frontier_once_the_running_sample_is_journaled(tiny, tmp_path,
+                                                                          monkeypatch):
+    """SIGUSR1 (gpu.lab.eval.harness.stop_on_sigterm) while a sample's arms are measured: that
+    sample is journaled whole, no other is started, the summary says PARTIAL, and the rerun
+    measures only what is left."""
+    import os
+    import signal
+
+    import gpu.lab.eval.harness as harness
+    import gpu.lab.eval.instruments as ins
+
+    real, calls = ins.needles, []
+
+    def signalled(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real(*a, **k)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        harness.stop_on_sigterm()
+        monkeypatch.setattr(ins, "needles", signalled)
+        out = tmp_path / "frontier"
+        with pytest.raises(SystemExit) as stopped:
+            run_tiny(tiny, out, timing_units=0)
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+    assert stopped.value.code == 128 + signal.SIGUSR1 and len(calls) == 1
+    root = out / tiny["loaded"].name
+    recs = [json.loads(x) for x in (root / "records.jsonl").read_text().splitlines()]
+    needles = [r for r in recs if r["instrument"] == "needle"]
+    assert len({r["unit"] for r in needles}) == 1 and needles   # the first sample, whole
+    assert len(needles) == len({r["arm"] for r in needles})
+    assert json.loads((root / "frontier.json").read_text())["partial"]
+    assert not harness.FINISH.is_set()
+    [done] = run_tiny(tiny, out, timing_units=0)
+    assert not done["partial"] and len(calls) > 1
+
+
 def test_one_instrument_at_a_time_then_the_whole_grid(tiny, tmp_path, monkeypatch):
     """``--instruments loss`` journals only documents and says the grid is partial; the
     whole grid afterwards measures only the needles (the documents are reused) and is

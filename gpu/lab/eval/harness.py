@@ -65,6 +65,7 @@ def run_needles(sess: Session, journal: Journal, units: list[Unit], arms: list[A
     bar = tqdm(total=len(units) * len(arms), desc=f"{sess.loaded.name} needles", unit="run",
                disable=not progress, dynamic_ncols=True)
     for u in units:
+        finish_requested()
         keys = {a.name: _key(u, a, [fingerprint, u.max_new_tokens]) for a in arms}
         counts = {a.name: int(journal.get(k)["exact_prefix"]) for a in arms
                   if (k := keys[a.name]) in journal}
@@ -91,6 +92,7 @@ def run_docs(sess: Session, journal: Journal, units: list[Unit], arms: list[Arm]
                disable=not progress, dynamic_ncols=True)
     extra = [fingerprint, cfg.score_tokens, cfg.key_window, cfg.continuation]
     for u in units:
+        finish_requested()
         keys = {a.name: _key(u, a, extra) for a in arms}
         if all(k in journal for k in keys.values()):
             bar.update(len(arms))
@@ -358,11 +360,29 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
+FINISH = threading.Event()   # SIGUSR1: stop once the running sample is journaled
+
+
+def _finish(signum, frame):
+    FINISH.set()
+    print("SIGUSR1: stopping once the running sample is journaled (SIGTERM stops now and "
+          "loses it)", file=sys.stderr)
+
+
+def finish_requested() -> None:
+    """At a sample's boundary: stop as SIGTERM does when SIGUSR1 asked to."""
+    if FINISH.is_set():
+        FINISH.clear()
+        raise SystemExit(128 + signal.SIGUSR1)
+
+
 def stop_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit, so that a killed study records its session and writes
-    its partial report on the way out (main thread only)."""
+    its partial report on the way out, and SIGUSR1 into the same stop at the next sample's
+    boundary (nothing measured is lost; main thread only)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGUSR1, _finish)
 
 
 def run(o: StudyOptions, progress: bool = True) -> int:
