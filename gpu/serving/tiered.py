@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-
 from ..core.attention import attention_probs
 from ..core.select import AttentionRows, lower_layers
 

@@ -295,6 +295,7 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval frontier"
     shard, out = Shard.from_env(), []
     for name in o.models:
+        ev.finish_requested()
         lm = loaded if loaded is not None else models.load(name, device=o.device)
         cfg, fr = frontier_config(lm, o)
         arms = fr.arms()
@@ -326,8 +327,9 @@ def run(o: FrontierOptions, *, progress: bool = True, loaded=None, texts=None,
             continue
         # prefill time depends on the length alone: timed on the project's own needles
         on = replace(cfg, needles={n: TASKS for n in cfg.needles}) if o.suite == "ruler" else cfg
+        stop = ev.FINISH["asked"]  # SIGUSR1 in the last sample: the summary, not the timing
         timing = (timed(lm, on, maps, arms, root, o.timing_units, texts, progress)
-                  if o.timing_units else {})
+                  if o.timing_units and not stop else {})
         summ = summarize(rep, fr, arms, timing,
                          {"command": command, "seed": o.seed, "suite": o.suite})
         write_summary(root, summ)

@@ -6,13 +6,14 @@ domain, non-inferiority bounds with the binomial floor) and the timing; measures
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rfmodel.atomic import atomic_path, write_json, write_text
 
 from .instruments import Arm
 from .report import MARGIN_POP, ni_word
-from .tiered import MOONSHOT, finalists
+from .tiered import FINALISTS_FILE, MOONSHOT, finalists, freeze
 
 # The rule for "at least as good as POP at no more cost", stated before any number:
 # MAC share <= POP native's, retrieval non-inferior to POP native at the 3-point margin
@@ -99,7 +100,7 @@ def tiered(rep: dict, fr, arms: list[Arm], by: dict[str, dict]) -> dict | None:
            "pop": {k: by[fr.pop_native][k] for k in ("macs_share", "mac_ceiling", "retrieval",
                                                      "vs_exact")},
            "pop_split": fr.pop, "rows": rows}
-    if len(out["references"]) == 1:
+    if len(out["references"]) == 1 and not rep["partial"]:  # named once the screen is whole
         out["finalists"] = finalists(out, moonshot=rep["model"] == MOONSHOT)
     return out
 
@@ -346,6 +347,14 @@ def plot(s: dict, path: Path) -> None:
 
 
 def write(root: Path, s: dict) -> None:
+    """frontier.json / .md / .png; the tiered finalists are frozen in FINALISTS_FILE by the
+    first whole run that names them (the screen), and every later summary (the finalists'
+    own resumed run) names those."""
+    t, frozen = s.get("tiered"), root / FINALISTS_FILE
+    if t and t.get("finalists") and not frozen.is_file():
+        write_json(frozen, freeze(s))
+    if t and frozen.is_file():
+        t["finalists"] = json.loads(frozen.read_text())["finalists"]
     write_json(root / "frontier.json", s)
     write_text(root / "frontier.md", markdown(s))
     plot(s, root / "frontier.png")

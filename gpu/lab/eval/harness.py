@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -360,19 +361,20 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
-FINISH = threading.Event()   # SIGUSR1: stop once the running sample is journaled
+FINISH = {"asked": False}   # SIGUSR1: stop once the running sample is journaled
 
 
 def _finish(signum, frame):
-    FINISH.set()
-    print("SIGUSR1: stopping once the running sample is journaled (SIGTERM stops now and "
-          "loses it)", file=sys.stderr)
+    FINISH["asked"] = True   # a plain flag and a raw write: safe inside a signal handler
+    os.write(2, b"\nSIGUSR1: stopping once the running sample is journaled (SIGTERM stops "
+                b"now and loses it)\n")
 
 
 def finish_requested() -> None:
-    """At a sample's boundary: stop as SIGTERM does when SIGUSR1 asked to."""
-    if FINISH.is_set():
-        FINISH.clear()
+    """At a sample's boundary (and before each model): stop as SIGTERM does when SIGUSR1
+    asked to."""
+    if FINISH["asked"]:
+        FINISH["asked"] = False
         raise SystemExit(128 + signal.SIGUSR1)
 
 
@@ -390,6 +392,7 @@ def run(o: StudyOptions, progress: bool = True) -> int:
     stop_on_sigterm()  # a killed run still records its session
     command = "ridgefill " + " ".join(sys.argv[1:]) if sys.argv else "ridgefill eval study"
     for name in o.models:
+        finish_requested()
         loaded = models.load(name, device=o.device)
         preset = preset_for(loaded)
         rep = evaluate_model(loaded, _override(preset, o), Path(o.out_dir), CorpusTexts(),

@@ -232,18 +232,18 @@ def noninferiority(needles: dict, meta: dict) -> list[dict]:
         if a not in needles["arms"] or b not in needles["arms"]:
             continue
         x, y = needles["_vec"](a), needles["_vec"](b)
-        test = _noninferior(x, y, strata, margin)
+        test = ni_test(x, y, strata, margin)
         if test is None:
             continue
         if len(needles.get("strata", ())) > 1:  # each task family (and length) on its own
-            test["by_stratum"] = {s: _noninferior(x[strata == s], y[strata == s],
+            test["by_stratum"] = {s: ni_test(x[strata == s], y[strata == s],
                                                   strata[strata == s], margin)
                                   for s in needles["strata"]}
         out.append({"a": a, "b": b, **test})  # test holds its margin
     return out
 
 
-def _noninferior(x, y, strata, margin: float) -> dict | None:
+def ni_test(x, y, strata, margin: float) -> dict | None:
     """The test of :func:`noninferiority` on the pairs where both are finite (None: none)."""
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() == 0:

@@ -30,6 +30,7 @@ MARGIN_TIERED_EXACT = 5.0  # points: issue 57's moonshot, "within 5 RULER points
 FASTER_THAN_POP, FAST = 1.05, 1.8
 FINALISTS = {"prediction 2": 3, "prediction 3": 2}
 MOONSHOT = "qwen2.5-coder-1.5b"   # the model prediction 3 is stated for
+FINALISTS_FILE = "finalists.json"  # beside the journal: the screen's finalists, never rewritten
 
 
 class TieredArms:
@@ -144,3 +145,14 @@ def finalists(t: dict, moonshot: bool = True) -> dict[str, list[str]]:
                                if (r["fill"], r["values_fill"], r["share"]) == (keys, values, 0.1)
                                and r["split"] == t["pop_split"])}
 
+
+
+def freeze(summary: dict) -> dict:
+    """What the screen fixes for the verdicts (gpu.lab.eval.tiered_verdicts): its finalists,
+    the advised fill, and the grid's splits and shares (prediction 1's cells)."""
+    t = summary["tiered"]
+    (advised,) = t["references"]
+    return {"model": summary["model"], "finalists": t["finalists"], "advised": advised,
+            "pop_split": t["pop_split"], "splits": sorted({r["split"] for r in t["rows"]}),
+            "shares": sorted({r["share"] for r in t["rows"]}), "screen_samples": summary["samples"],
+            "command": summary.get("command")}

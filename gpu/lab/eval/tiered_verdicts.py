@@ -1,7 +1,9 @@
 """The tiered prefill's four predictions judged by the rules stated before the screen
-(docs/results-quality.md), from a run's ``frontier.json`` (its ``tiered`` part) and journal:
-``python -m gpu.lab.eval.tiered_verdicts results/tiered/<model>`` writes ``verdicts.json`` and
-``verdicts.md`` beside them. Measures nothing; reads only what the run recorded.
+(docs/results-quality.md), from a run's journal and the finalists its screen froze
+(``finalists.json``, gpu.lab.eval.tiered.freeze): ``python -m gpu.lab.eval.tiered_verdicts
+results/tiered/<model>`` writes ``verdicts.json`` and ``verdicts.md`` beside them. Measures
+nothing; every interval is computed here from the journal's per-sample scores (paired within
+task, as the report's), so the verdicts do not depend on which arms a later run kept.
 
 1. filled beats dropped by >= :data:`GAIN` points at every (split, share) with whole spans;
 2. a finalist faster than POP non-inferior to the advised fill (3 points), at >= :data:`MINIMUM`;
@@ -12,20 +14,60 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from rfmodel.atomic import write_json, write_text
 
-from .report import MARGIN_POP
+from .grid import SHARE_ROWS, arm_name, parse_arm
+from .report import MARGIN_POP, ni_test
 from .report_intervals import interval
-from .tiered import MARGIN_TIERED_EXACT
+from .tiered import FINALISTS_FILE, MARGIN_TIERED_EXACT, MOONSHOT
 
 GAIN = 5.0       # points: prediction 1's "beats the dropped one by at least 5"
 MINIMUM = 102    # samples an arm before predictions 2-4 are decided (binomial floor -2.9)
 SCREEN = 6       # samples a task in the screen: a finalist's later samples are held out
+UNDECIDED = f"not decided (under {MINIMUM} samples an arm)"
+
+
+def journal(root: Path) -> tuple[dict[str, dict[str, tuple[float, str]]], int]:
+    """arm -> unit -> (RULER score x100, task stratum) from ``root``'s journals (a sharded
+    run's too), and how many (arm, unit) pairs were recorded under more than one key (a
+    configuration changed between runs: the later record is used)."""
+    by: dict[str, dict[str, tuple[float, str]]] = {}
+    keys: dict[tuple[str, str], set] = {}
+    for path in sorted(root.glob("records*.jsonl")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if r.get("instrument") == "needle":
+                by.setdefault(r["arm"], {})[r["unit"]] = (100.0 * r["score"], r["stratum"])
+                keys.setdefault((r["arm"], r["unit"]), set()).add(r["key"])
+    return by, sum(len(k) > 1 for k in keys.values())
+
+
+def held_out(unit: str) -> bool:
+    """A unit the screen did not see: its index within its task is SCREEN or more."""
+    return int(unit.rsplit("/", 1)[1]) >= SCREEN
+
+
+def aligned(by: dict, arms: list[str], keep=lambda unit: True):
+    """The arms' score vectors on the units all of them measured (and ``keep`` admits), and
+    the units' tasks."""
+    units = sorted(set.intersection(*(set(by.get(a, {})) for a in arms)))
+    units = [u for u in units if keep(u)]
+    return [np.array([by[a][u][0] for u in units]) for a in arms], \
+        np.array([by[arms[0]][u][1] for u in units])
+
+
+def contrast(by: dict, a: str, b: str, margin: float | None = None, keep=lambda u: True) -> dict:
+    """a - b paired within task (interval) and, with a ``margin``, the non-inferiority test
+    (the one-sided bound, the lower of the bootstrap's and the binomial floor)."""
+    (x, y), st = aligned(by, [a, b], keep)
+    out = {"interval": interval(x, y, st) if len(x) else None, "n": len(x)}
+    if margin is not None:
+        out["test"] = ni_test(x, y, st, margin) if len(x) else None
+    return out
 
 
 def gain_verdict(iv: dict | None) -> str:
@@ -38,63 +80,45 @@ def gain_verdict(iv: dict | None) -> str:
     return "refuted" if iv["high"] < GAIN else "inconclusive"
 
 
-def prediction_1(t: dict) -> dict:
-    """Per filled kind, its whole-span cells against their dropped twins; a kind holds when
-    every cell the grid has is confirmed and fails when any is refuted. The prediction reads
-    ``kv`` (the first look's fill); the others are reported beside it."""
-    cells = {(r["split"], r["share"]) for r in t["rows"] if r["fill"] == "none" and r["complete"]}
+def prediction_1(by: dict, splits: list[int], shares: list[float]) -> dict:
+    """Per one-source filled kind, each whole-span cell of the screen's grid (every split x
+    share) against its dropped twin at the largest n both reached; a kind holds when every
+    cell is confirmed and fails when any is refuted. The prediction reads ``kv`` (the first
+    look's fill); ``ridge`` is reported beside it."""
     out = {}
-    for r in sorted(t["rows"], key=lambda r: (r["split"], r["share"])):
-        if r["fill"] == "none" or not r["complete"] or r["values_fill"]:
+    for name in sorted(n for n in by if "+attn" in n):
+        cfg = parse_arm(name)
+        o = dict(cfg.selector_options or ())
+        if cfg.rows != SHARE_ROWS or not o.get("complete") or cfg.fill == "none" \
+                or cfg.values_fill:
             continue
-        kind = out.setdefault(r["fill"], {"cells": []})
-        kind["cells"].append({"arm": r["arm"], "split": r["split"], "share": r["share"],
-                              "vs_dropped": r["vs_dropped"],
-                              "verdict": gain_verdict(r["vs_dropped"])})
-    for kind in out.values():
-        words = [c["verdict"] for c in kind["cells"]]
-        kind["verdict"] = ("fails" if "refuted" in words else "holds"
-                           if len(words) == len(cells) and set(words) == {"confirmed"}
-                           else "inconclusive")
-    return out
+        twin = arm_name("none", cfg.split, cfg.tail, SHARE_ROWS, share=o["share"], complete=True)
+        c = contrast(by, name, twin)
+        out.setdefault(cfg.fill, {})[(cfg.split, o["share"])] = {
+            "arm": name, "split": cfg.split, "share": o["share"], "vs_dropped": c["interval"],
+            "verdict": gain_verdict(c["interval"])}
+    verdicts = {}
+    for fill, got in out.items():
+        cells = [got.get((s, k)) or {"arm": None, "split": s, "share": k, "vs_dropped": None,
+                                     "verdict": "not measured"} for s in splits for k in shares]
+        words = [c["verdict"] for c in cells]
+        verdicts[fill] = {"cells": cells, "verdict": "fails" if "refuted" in words else
+                          "holds" if set(words) == {"confirmed"} else "inconclusive"}
+    return verdicts
 
 
-def _finalist_verdict(tests: list[dict | None], ivs: list[dict | None], margin: float) -> str:
-    """Confirmed when a finalist passes at >= MINIMUM samples; refuted when every finalist's
-    interval lies below -margin there; not decided under MINIMUM; inconclusive otherwise."""
-    if not tests or any(t is None or t["n"] < MINIMUM for t in tests):
-        return f"not decided (under {MINIMUM} samples an arm)"
-    if any(t["passed"] for t in tests):
+def finalist_verdict(results: dict[str, dict], margin: float) -> str:
+    """Confirmed when a finalist at >= MINIMUM samples passes; refuted when every finalist is
+    there and its interval lies below -margin; not decided while one is short; inconclusive
+    otherwise."""
+    if not results:
+        return "no finalist (no arm met the ceiling the rule asks)"
+    if any(r["n"] >= MINIMUM and r["test"] and r["test"]["passed"] for r in results.values()):
         return "confirmed"
-    return "refuted" if all(iv and iv["high"] < -margin for iv in ivs) else "inconclusive"
-
-
-def scores(records: list[dict]) -> dict[str, dict[str, tuple[float, str]]]:
-    """arm -> unit -> (RULER score x100, task stratum); a unit measured twice: the later."""
-    out: dict[str, dict[str, tuple[float, str]]] = defaultdict(dict)
-    for r in records:
-        if r.get("instrument") == "needle":
-            out[r["arm"]][r["unit"]] = (100.0 * r["score"], r["stratum"])
-    return out
-
-
-def _aligned(by: dict, arms: list[str], keep=lambda unit: True):
-    """The arms' score vectors on the units all of them measured (and ``keep`` admits)."""
-    units = sorted(set.intersection(*(set(by.get(a, {})) for a in arms)))
-    units = [u for u in units if keep(u)]
-    vecs = [np.array([by[a][u][0] for u in units]) for a in arms]
-    return vecs, np.array([by[arms[0]][u][1] for u in units])
-
-
-def held_out(unit: str) -> bool:
-    """A unit the screen did not see (its index within the task is SCREEN or more)."""
-    return int(unit.rsplit("/", 1)[1]) >= SCREEN
-
-
-def _held_out(by: dict, a: str, b: str) -> dict | None:
-    """a - b on the samples the screen did not see (a finalist picked on the others)."""
-    (x, y), st = _aligned(by, [a, b], held_out)
-    return interval(x, y, st) if len(x) else None
+    if any(r["n"] < MINIMUM for r in results.values()):
+        return UNDECIDED
+    return ("refuted" if all(r["interval"]["high"] < -margin for r in results.values())
+            else "inconclusive")
 
 
 def prediction_4(by: dict, arms: list[str], advised: str) -> dict:
@@ -103,10 +127,10 @@ def prediction_4(by: dict, arms: list[str], advised: str) -> dict:
     MINIMUM samples); not decidable where the advised fill loses nothing to exact."""
     out = {}
     for arm in arms:
-        (t, a, e), st = _aligned(by, [arm, advised, "exact"])
+        (t, a, e), st = aligned(by, [arm, advised, "exact"])
         iv = interval(t, (a + e) / 2, st) if len(t) else None
         if iv is None or len(t) < MINIMUM:
-            word = f"not decided (under {MINIMUM} samples an arm)"
+            word = UNDECIDED
         elif (e - a).mean() <= 0:
             word = "not decidable (the advised fill loses nothing to exact here)"
         else:
@@ -116,23 +140,21 @@ def prediction_4(by: dict, arms: list[str], advised: str) -> dict:
     return out
 
 
-def verdicts(t: dict, records: list[dict]) -> dict:
-    """The four predictions from a frontier summary's ``tiered`` part and its journal."""
-    (advised,) = t["references"]
-    by, rows = scores(records), {r["arm"]: r for r in t["rows"]}
-    fin = t.get("finalists") or {}
-    p2, p3 = fin.get("prediction 2", []), fin.get("prediction 3", [])
-    unseen = {a: {"vs_advised": _held_out(by, a, advised), "vs_exact": _held_out(by, a, "exact")}
-              for a in sorted(set(p2) | set(p3))}
+def verdicts(frozen: dict, by: dict) -> dict:
+    """The four predictions from the screen's frozen finalists and the journal's scores."""
+    fin, advised = frozen["finalists"], frozen["advised"]
+    p2 = {a: contrast(by, a, advised, MARGIN_POP) for a in fin.get("prediction 2", [])}
+    p3 = {a: contrast(by, a, "exact", MARGIN_TIERED_EXACT) for a in fin.get("prediction 3", [])}
+    unseen = {**{a: contrast(by, a, advised, MARGIN_POP, held_out) for a in p2},
+              **{f"{a} vs exact": contrast(by, a, "exact", MARGIN_TIERED_EXACT, held_out)
+                 for a in p3}}
     return {
-        "advised": advised, "minimum": MINIMUM,
-        "prediction 1": prediction_1(t),
-        "prediction 2": {"finalists": p2, "verdict": _finalist_verdict(
-            [rows[a]["vs_reference"][advised]["noninferior"] for a in p2],
-            [rows[a]["vs_reference"][advised]["retrieval"] for a in p2], MARGIN_POP)},
-        "prediction 3": {"finalists": p3, "verdict": _finalist_verdict(
-            [rows[a]["noninferior_exact"] for a in p3], [rows[a]["vs_exact"] for a in p3],
-            MARGIN_TIERED_EXACT) if p3 else "not stated for this model"},
+        "model": frozen["model"], "advised": advised, "minimum": MINIMUM,
+        "prediction 1": prediction_1(by, frozen["splits"], frozen["shares"]),
+        "prediction 2": {"finalists": p2, "verdict": finalist_verdict(p2, MARGIN_POP)},
+        "prediction 3": {"finalists": p3,
+                         "verdict": finalist_verdict(p3, MARGIN_TIERED_EXACT)
+                         if frozen["model"] == MOONSHOT else "not stated for this model"},
         "prediction 4": prediction_4(by, fin.get("prediction 4", []), advised),
         "held_out": unseen}
 
@@ -142,48 +164,55 @@ def _iv(iv: dict | None) -> str:
         f"{iv['estimate']:+.1f} [{iv['low']:+.1f}, {iv['high']:+.1f}] (n={iv['n']})"
 
 
-def markdown(v: dict, model: str) -> str:
-    L = [f"# Tiered prefill verdicts: {model}", "",
-         f"By the rules stated before the screen (docs/results-quality.md); reference: the "
-         f"advised fill `{v['advised']}`; predictions 2-4 are decided at {v['minimum']} samples "
-         "an arm. Points, paired within task, 95% bootstrap intervals.", "",
-         "## Prediction 1: filled minus dropped, whole spans", "",
+def _test(t: dict | None) -> str:
+    return "-" if not t else (f"{'passes' if t['passed'] else 'fails'} at {t['margin']:g} "
+                              f"(bound {t['bound']:+.1f})")
+
+
+def markdown(v: dict) -> str:
+    L = [f"# Tiered prefill verdicts: {v['model']}", "",
+         f"By the rules stated before the screen (docs/results-quality.md), from the journal; "
+         f"reference: the advised fill `{v['advised']}`; predictions 2-4 are decided at "
+         f"{v['minimum']} samples an arm. RULER points, paired within task, 95% bootstrap "
+         "intervals; NI: the one-sided bound (the lower of the bootstrap's and the binomial "
+         "floor) against the margin.", "",
+         "## Prediction 1: filled minus dropped, whole spans (the prediction reads `kv`)", "",
          "| fill | split | share | filled - dropped | cell |", "|---|---|---|---|---|"]
     for fill, kind in v["prediction 1"].items():
         L += [f"| {fill} | {c['split']} | {c['share']:.0%} | {_iv(c['vs_dropped'])} | "
               f"{c['verdict']} |" for c in kind["cells"]]
     L += [""] + [f"- `{fill}`: **{kind['verdict']}**" for fill, kind in v["prediction 1"].items()]
-    for p in ("prediction 2", "prediction 3"):
-        L += ["", f"## {p.capitalize()}", "", f"Finalists: {', '.join(v[p]['finalists']) or 'none'}; "
-              f"verdict: **{v[p]['verdict']}**."]
-    L += ["", "## Prediction 4: d = t - (a + e) / 2", "", "| arm | d | advised loss | verdict |",
-          "|---|---|---|---|"]
+    for p, against in (("prediction 2", "the advised fill"), ("prediction 3", "exact")):
+        L += ["", f"## {p.capitalize()}: finalists against {against}", "",
+              f"Verdict: **{v[p]['verdict']}**.", ""]
+        L += [f"- `{a}`: {_iv(r['interval'])}, NI {_test(r['test'])}"
+              for a, r in v[p]["finalists"].items()]
+    L += ["", "## Prediction 4: d = t - (a + e) / 2 (the prediction reads the `c` arm)", "",
+          "| arm | d | advised fill's loss to exact | verdict |", "|---|---|---|---|"]
     for a, r in v["prediction 4"].items():
         loss = "-" if r["advised_loss"] is None else f"{r['advised_loss']:.1f}"
         L.append(f"| `{a}` | {_iv(r['d'])} | {loss} | {r['verdict']} |")
     if v["held_out"]:
-        L += ["", "## Finalists on the samples the screen did not see", "",
-              "| arm | vs advised | vs exact |", "|---|---|---|"]
-        L += [f"| `{a}` | {_iv(r['vs_advised'])} | {_iv(r['vs_exact'])} |"
-              for a, r in v["held_out"].items()]
+        L += ["", "## Finalists on the samples the screen did not see (7th to 17th a task)", ""]
+        L += [f"- `{a}`{'' if 'vs exact' in a else ' vs advised'}: {_iv(r['interval'])}, NI "
+              f"{_test(r['test'])}" for a, r in v["held_out"].items()]
     return "\n".join(L) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     for d in map(Path, argv if argv is not None else sys.argv[1:]):
-        if not (d / "frontier.json").is_file():
-            raise SystemExit(f"{d} holds no frontier.json: run `ridgefill eval frontier "
-                             "--tiered` (make tiered) into it first")
-        summary = json.loads((d / "frontier.json").read_text())
-        if not summary.get("tiered"):
-            raise SystemExit(f"{d}/frontier.json has no tiered arms: run `ridgefill eval "
-                             "frontier --tiered` (make tiered) first")
-        records = [json.loads(x) for x in (d / "records.jsonl").read_text().splitlines() if x]
-        v = verdicts(summary["tiered"], records)
+        if not (d / FINALISTS_FILE).is_file():
+            raise SystemExit(f"{d} holds no {FINALISTS_FILE}: the screen names its finalists "
+                             "when it is whole; run `make tiered` (or its line for this model) "
+                             "to the end first")
+        frozen = json.loads((d / FINALISTS_FILE).read_text())
+        by, stale = journal(d)
+        v = {**verdicts(frozen, by), "pairs_recorded_twice": stale}
         write_json(d / "verdicts.json", v)
-        write_text(d / "verdicts.md", markdown(v, summary["model"]))
-        print(f"{d}: prediction 1 (kv) {v['prediction 1'].get('kv', {}).get('verdict')} -> "
-              f"{d}/verdicts.md")
+        write_text(d / "verdicts.md", markdown(v))
+        print(f"{d}: prediction 1 (kv) {v['prediction 1'].get('kv', {}).get('verdict')}"
+              f"{f'; {stale} (arm, sample) pairs recorded under two keys' if stale else ''} "
+              f"-> {d}/verdicts.md")
     return 0
 
 
