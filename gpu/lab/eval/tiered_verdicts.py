@@ -21,6 +21,7 @@ import numpy as np
 from rfmodel.atomic import write_json, write_text
 
 from .grid import SHARE_ROWS, arm_name, parse_arm
+from .journal import Journal
 from .report import MARGIN_POP, ni_test
 from .report_intervals import interval
 from .tiered import FINALISTS_FILE, MARGIN_TIERED_EXACT, MOONSHOT
@@ -38,8 +39,7 @@ def journal(root: Path) -> tuple[dict[str, dict[str, tuple[float, str]]], int]:
     by: dict[str, dict[str, tuple[float, str]]] = {}
     keys: dict[tuple[str, str], set] = {}
     for path in sorted(root.glob("records*.jsonl")):
-        for line in path.read_text().splitlines():
-            r = json.loads(line) if line.strip() else {}
+        for r in Journal(path, readonly=True).records():   # torn or damaged lines skipped
             if r.get("instrument") == "needle":
                 by.setdefault(r["arm"], {})[r["unit"]] = (100.0 * r["score"], r["stratum"])
                 keys.setdefault((r["arm"], r["unit"]), set()).add(r["key"])
