@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gpu.lab.eval.tiered_verdicts import (MINIMUM, gain_verdict, held_out, journal, main,
-                                          prediction_1, prediction_4, verdicts)
+                                          prediction_1, prediction_4, screen_per_task,
+                                          verdicts)
 
 
 def iv(est, low, high):
@@ -88,13 +89,16 @@ def test_prediction_4_is_the_mean_of_t_minus_the_midpoint(tmp_path):
     assert short["verdict"].startswith("not decided") and short["d"]["n"] == 36
 
 
-def test_the_held_out_samples_are_those_after_the_screens_six():
-    assert not held_out("niah_single_1/4096/5") and held_out("vt/4096/6")
+def test_the_held_out_samples_are_those_after_the_screens_share_a_task():
+    by = {"exact": {f"{t}/4096/{i}": (1.0, t) for t in ("vt", "cwe", "fwe") for i in range(9)}}
+    per_task = screen_per_task({"screen_samples": 18}, by)          # 18 over 3 tasks
+    assert per_task == 6
+    assert not held_out(per_task)("niah_single_1/4096/5") and held_out(per_task)("vt/4096/6")
 
 
 def frozen(**finalists):
     return {"model": "m", "advised": "kv.identity-values@16/t1", "pop_split": 16,
-            "splits": [12], "shares": [0.1],
+            "splits": [12], "shares": [0.1], "screen_samples": 12,
             "finalists": {"prediction 2": [], "prediction 3": [], "prediction 4": [],
                           **finalists}}
 

@@ -12,8 +12,8 @@ task, as the report's), so the verdicts do not depend on which arms a later run 
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,6 @@ from .tiered import FINALISTS_FILE, MARGIN_TIERED_EXACT, MOONSHOT
 
 GAIN = 5.0       # points: prediction 1's "beats the dropped one by at least 5"
 MINIMUM = 102    # samples an arm before predictions 2-4 are decided (binomial floor -2.9)
-SCREEN = 6       # samples a task in the screen: a finalist's later samples are held out
 UNDECIDED = f"not decided (under {MINIMUM} samples an arm)"
 
 
@@ -46,9 +45,16 @@ def journal(root: Path) -> tuple[dict[str, dict[str, tuple[float, str]]], int]:
     return by, sum(len(k) > 1 for k in keys.values())
 
 
-def held_out(unit: str) -> bool:
-    """A unit the screen did not see: its index within its task is SCREEN or more."""
-    return int(unit.rsplit("/", 1)[1]) >= SCREEN
+def held_out(per_task: int):
+    """``keep(unit)``: whether the screen did not see the unit (its index within its task is
+    ``per_task`` or more: the screen's samples a task, read from finalists.json)."""
+    return lambda unit: int(unit.rsplit("/", 1)[1]) >= per_task
+
+
+def screen_per_task(frozen: dict, by: dict) -> int:
+    """The screen's samples a task: finalists.json's ``screen_samples`` over the journal's tasks."""
+    tasks = {stratum for units in by.values() for _, stratum in units.values()}
+    return frozen["screen_samples"] // max(len(tasks), 1)
 
 
 def aligned(by: dict, arms: list[str], keep=lambda unit: True):
@@ -145,8 +151,9 @@ def verdicts(frozen: dict, by: dict) -> dict:
     fin, advised = frozen["finalists"], frozen["advised"]
     p2 = {a: contrast(by, a, advised, MARGIN_POP) for a in fin.get("prediction 2", [])}
     p3 = {a: contrast(by, a, "exact", MARGIN_TIERED_EXACT) for a in fin.get("prediction 3", [])}
-    unseen = {**{a: contrast(by, a, advised, MARGIN_POP, held_out) for a in p2},
-              **{f"{a} vs exact": contrast(by, a, "exact", MARGIN_TIERED_EXACT, held_out)
+    unseen_only = held_out(screen_per_task(frozen, by))
+    unseen = {**{a: contrast(by, a, advised, MARGIN_POP, unseen_only) for a in p2},
+              **{f"{a} vs exact": contrast(by, a, "exact", MARGIN_TIERED_EXACT, unseen_only)
                  for a in p3}}
     return {
         "model": frozen["model"], "advised": advised, "minimum": MINIMUM,
@@ -200,7 +207,12 @@ def markdown(v: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for d in map(Path, argv if argv is not None else sys.argv[1:]):
+    p = argparse.ArgumentParser(prog="python -m gpu.lab.eval.tiered_verdicts",
+                                description="Judge the tiered prefill's four predictions "
+                                "(docs/results-quality.md) from a whole screen's journal.")
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                   help="a model's results/tiered/<model> (journal and finalists.json)")
+    for d in p.parse_args(argv).dirs:
         if not (d / FINALISTS_FILE).is_file():
             raise SystemExit(f"{d} holds no {FINALISTS_FILE}: the screen names its finalists "
                              "when it is whole; run `make tiered` (or its line for this model) "
