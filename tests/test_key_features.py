@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
@@ -19,7 +20,8 @@ from gpu.core.engine import Engine
 from gpu.lab.tools import key_features as kf
 from gpu.maps.files import load_maps
 from gpu.maps.fit import FitOptions, capture, documents, fit
-from gpu_fixtures import calib_dir, load_tiny, scratch, token_ids
+from gpu_fixtures import calib_dir, load_tiny, scratch, tiny_dir, token_ids
+from rfmath.ridge import solve
 
 S, LAM, DOC_TOKENS = 2, 0.01, 200
 
@@ -31,8 +33,30 @@ rows = arrays(np.float32, st.tuples(st.integers(1, 12), st.integers(1, 4)),
 @given(rows, st.integers(0, 4))
 def test_shifted_moves_rows_down(x, k):
     got = kf.shifted(x, k)
+    assert got.shape == x.shape
     for t in range(x.shape[0]):
-        np.testing.assert_array_equal(got[t], x[max(t - k, 0)] if t >= k else x[0])
+        np.testing.assert_array_equal(got[t], x[t - k] if t >= k else 0)
+
+
+def test_sink_rows_feed_no_neighbour():
+    x = np.ones((6, 3), np.float32)
+    x[0] *= 50                                    # an attention sink: 50x the median norm
+    assert (kf.ordinary(x)[0] == 0).all() and (kf.ordinary(x)[1:] == 1).all()
+    xs = {2: x, 1: x}
+    prev = kf.features("x+prev", xs, 2)
+    np.testing.assert_array_equal(prev[:, :3], x)  # the row's own x_S stays whole
+    assert (prev[1, 3:] == 0).all() and (prev[2, 3:] == 1).all()
+
+
+def test_prev_features_recover_a_previous_row_map():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 4)).astype(np.float32)
+    W = rng.normal(size=(3, 4))
+    y = kf.shifted(x, 1) @ W.T                    # the target reads only the previous row
+    f = kf.features("x+prev", {2: x, 1: x}, 2)
+    A, _ = solve(f, y, 1e-8)
+    np.testing.assert_allclose(A[:, 4:], W, atol=1e-4)
+    np.testing.assert_allclose(A[:, :4], 0, atol=1e-4)
 
 
 @settings(max_examples=40, deadline=None)
@@ -50,12 +74,8 @@ def test_feature_sets_stack_their_sources():
     np.testing.assert_array_equal(kf.features("x+lower", xs, 4), np.hstack([xs[4], xs[2]]))
     np.testing.assert_array_equal(kf.features("x+prev2", xs, 4)[3],
                                   np.concatenate([xs[4][3], xs[4][2], xs[4][1]]))
-    try:
+    with pytest.raises(ValueError, match=r"x\+prev"):
         kf.features("x+next", xs, 4)
-    except ValueError as e:
-        assert "x+prev" in str(e)
-    else:
-        raise AssertionError("an unknown feature set was accepted")
 
 
 def test_x_features_give_the_fitted_kv_maps():
@@ -100,6 +120,14 @@ def test_read_error_is_zero_for_exact_entries_and_sinks_stay_exact():
         x_split[:, 0] *= 100.0                  # ... but a sink (kept exact by a kv fill)
         both, keys = kf.read_errors(engine, layer, wrong, x_true, x_split)
         assert both < 1e-5 and keys < 1e-5
+        m = kf.QUERIES
+        before = exact.clone()
+        before[:, n - m - 1] += 5.0             # the last predicted row counts ...
+        assert min(kf.read_errors(engine, layer, before, x_true, x_split)) > 1e-4
+        tail = exact.clone()
+        tail[:, n - m:] += 5.0                  # ... the exact rows' own predictions do not
+        assert max(kf.read_errors(engine, layer, tail, x_true, x_split)) < 1e-5
+        assert min(kf.read_errors(engine, layer, wrong, x_true, x_split, keep_sinks=False)) > 1e-4
         wrong_values = exact.clone()
         wrong_values[:, 1:, exact.shape[-1] // 2:] += 5.0   # values wrong, keys exact
         both, keys = kf.read_errors(engine, layer, wrong_values, x_true, x_split)
@@ -114,8 +142,9 @@ def test_identity_row_writes_what_pops_fill_writes():
         x_split = torch.from_numpy(capture(engine, token_ids(n, seed=5), S)[S])[None]
         cos, sin = ad.rope(x_split, torch.arange(n)[None], layer)
         got = ad.project_entries(layer, kf.pop_entries(engine, layer, x_split), cos, sin)
-        want = ad.keys_values(layer, ad.input_norm(layer)(x_split), cos, sin)  # the engine's
-        for g, w in zip(got, want):                                          # identity fill
+        # what gpu.core.late.source_entries writes for the identity fill
+        want = ad.keys_values(layer, ad.input_norm(layer)(x_split), cos, sin)
+        for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
 
 
@@ -129,7 +158,6 @@ def test_a_rerun_adds_to_a_record_of_the_same_setup(tmp_path):
 
 
 def test_the_command_writes_every_set_and_layer(tmp_path):
-    from gpu_fixtures import tiny_dir
     kf.main(["--model", str(tiny_dir("llama", 0)), "--splits", "2", "--features", "x", "x+prev",
              "identity", "--fit-tokens", "400", "--tokens", "96", "--heldout-docs", "2",
              "--out", str(tmp_path)])

@@ -169,3 +169,9 @@ def test_the_screens_finalists_are_frozen_for_every_later_summary(tmp_path, monk
     assert kept["advised"] == "adv" and kept["splits"] == [12] and kept["shares"] == [0.1]
     now = json.loads((tmp_path / "frontier.json").read_text())
     assert now["tiered"]["finalists"]["prediction 2"] == ["kv+attn10c@12/t1"]
+
+
+def test_a_screen_that_does_not_divide_over_the_tasks_is_refused():
+    by = {"exact": {f"{t}/4096/0": (1.0, t) for t in ("vt", "cwe", "fwe", "cwe2")}}
+    with pytest.raises(ValueError, match="do not divide"):
+        screen_per_task({"screen_samples": 18}, by)

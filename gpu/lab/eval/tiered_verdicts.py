@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -45,16 +46,22 @@ def journal(root: Path) -> tuple[dict[str, dict[str, tuple[float, str]]], int]:
     return by, sum(len(k) > 1 for k in keys.values())
 
 
-def held_out(per_task: int):
+def held_out(per_task: int) -> Callable[[str], bool]:
     """``keep(unit)``: whether the screen did not see the unit (its index within its task is
     ``per_task`` or more: the screen's samples a task, read from finalists.json)."""
     return lambda unit: int(unit.rsplit("/", 1)[1]) >= per_task
 
 
 def screen_per_task(frozen: dict, by: dict) -> int:
-    """The screen's samples a task: finalists.json's ``screen_samples`` over the journal's tasks."""
+    """The screen's samples a task: finalists.json's ``screen_samples`` over the journal's tasks
+    (the screen deals its samples evenly over the tasks, so they divide)."""
     tasks = {stratum for units in by.values() for _, stratum in units.values()}
-    return frozen["screen_samples"] // max(len(tasks), 1)
+    per_task, rest = divmod(frozen["screen_samples"], max(len(tasks), 1))
+    if rest:
+        raise ValueError(f"the screen's {frozen['screen_samples']} samples do not divide over "
+                         f"the journal's {len(tasks)} tasks: a run with other tasks shares this "
+                         "journal; judge each screen from its own directory")
+    return per_task
 
 
 def aligned(by: dict, arms: list[str], keep=lambda unit: True):
@@ -151,7 +158,8 @@ def verdicts(frozen: dict, by: dict) -> dict:
     fin, advised = frozen["finalists"], frozen["advised"]
     p2 = {a: contrast(by, a, advised, MARGIN_POP) for a in fin.get("prediction 2", [])}
     p3 = {a: contrast(by, a, "exact", MARGIN_TIERED_EXACT) for a in fin.get("prediction 3", [])}
-    unseen_only = held_out(screen_per_task(frozen, by))
+    per_task = screen_per_task(frozen, by)
+    unseen_only = held_out(per_task)
     unseen = {**{a: contrast(by, a, advised, MARGIN_POP, unseen_only) for a in p2},
               **{f"{a} vs exact": contrast(by, a, "exact", MARGIN_TIERED_EXACT, unseen_only)
                  for a in p3}}
@@ -163,7 +171,7 @@ def verdicts(frozen: dict, by: dict) -> dict:
                          "verdict": finalist_verdict(p3, MARGIN_TIERED_EXACT)
                          if frozen["model"] == MOONSHOT else "not stated for this model"},
         "prediction 4": prediction_4(by, fin.get("prediction 4", []), advised),
-        "held_out": unseen}
+        "held_out": unseen, "screen_per_task": per_task}
 
 
 def _iv(iv: dict | None) -> str:
@@ -200,7 +208,8 @@ def markdown(v: dict) -> str:
         loss = "-" if r["advised_loss"] is None else f"{r['advised_loss']:.1f}"
         L.append(f"| `{a}` | {_iv(r['d'])} | {loss} | {r['verdict']} |")
     if v["held_out"]:
-        L += ["", "## Finalists on the samples the screen did not see (7th to 17th a task)", ""]
+        L += ["", "## Finalists on the samples the screen did not see (from the "
+              f"{v['screen_per_task'] + 1}th a task)", ""]
         L += [f"- `{a}`{'' if 'vs exact' in a else ' vs advised'}: {_iv(r['interval'])}, NI "
               f"{_test(r['test'])}" for a, r in v["held_out"].items()]
     return "\n".join(L) + "\n"

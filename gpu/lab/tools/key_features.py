@@ -28,11 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase
 
 from rfmath.ridge import compose
 from rfmodel.atomic import write_json, write_text
@@ -41,10 +44,11 @@ from rfmodel.ridge import RidgeMoments
 from ...core import models
 from ...core.attention import masked_attention
 from ...core.engine import Engine
-from ...core.late import sink_rows
+from ...core.late import SINK_RATIO, sink_rows
 from ...data import corpus
+from ...data.corpus import Document
 from ...maps.choose import cache_write_cosine, entry_projection
-from ...maps.fit import capture
+from ...maps.fit import BACKEND, capture
 
 FEATURES = ("x", "x+prev", "x+prev2", "x+lower", "x+mean", "identity")
 MEAN_WINDOW = 32   # rows the causal mean of x+mean covers
@@ -54,8 +58,16 @@ DOC_TOKENS = 4096  # calibration tokens a document at most (ridgefill fit's defa
 
 
 def shifted(x: np.ndarray, k: int) -> np.ndarray:
-    """Rows of ``x`` (n, d) moved down by ``k``: row t holds x[t - k] (row 0's own for t < k)."""
-    return np.concatenate([np.repeat(x[:1], k, axis=0), x[:-k]]) if k else x
+    """Rows of ``x`` (n, d) moved down by ``k``: row t holds x[t - k], zeros for t < k."""
+    return np.concatenate([np.zeros((k, x.shape[1]), x.dtype), x])[:x.shape[0]]
+
+
+def ordinary(x: np.ndarray) -> np.ndarray:
+    """``x`` with its sink rows (norm above SINK_RATIO times the median, the rows a kv fill
+    keeps exact: gpu.core.late) zeroed: what the neighbour features read, so that a sink's
+    far larger state feeds no other row's prediction."""
+    norms = np.linalg.norm(x, axis=1)
+    return np.where((norms > SINK_RATIO * np.median(norms))[:, None], 0, x).astype(x.dtype)
 
 
 def causal_mean(x: np.ndarray, window: int) -> np.ndarray:
@@ -67,30 +79,35 @@ def causal_mean(x: np.ndarray, window: int) -> np.ndarray:
 
 
 def lower_layer(split: int) -> int:
+    """The second source layer of ``x+lower``: S/2 (layer 1 at least)."""
     return max(split // 2, 1)
 
 
 def features(name: str, xs: dict[int, np.ndarray], split: int) -> np.ndarray:
     """The feature rows (n, k d) of set ``name`` from one document's captured layer inputs."""
     x = xs[split]
-    extra = {"x": [], "x+prev": [shifted(x, 1)], "x+prev2": [shifted(x, 1), shifted(x, 2)],
-             "x+lower": [xs[lower_layer(split)]], "x+mean": [causal_mean(x, MEAN_WINDOW)]}
+    xo = ordinary(x) if name in ("x+prev", "x+prev2", "x+mean") else x
+    extra = {"x": [], "x+prev": [shifted(xo, 1)], "x+prev2": [shifted(xo, 1), shifted(xo, 2)],
+             "x+lower": [xs[lower_layer(split)]], "x+mean": [causal_mean(xo, MEAN_WINDOW)]}
     if name not in extra:
         raise ValueError(f"feature set {name!r}: choose from {', '.join(extra)}")
     return np.concatenate([x, *extra[name]], axis=1) if extra[name] else x
 
 
-def grab(engine: Engine, tokenizer, text: str, tokens: int, split: int) -> dict[int, np.ndarray]:
+def grab(engine: Engine, tokenizer: PreTrainedTokenizerBase, text: str, tokens: int, split: int
+         ) -> dict[int, np.ndarray]:
     """One document's layer inputs from layer S/2 up, and the late layers' normed inputs."""
     ids = tokenizer(text, return_tensors="pt").input_ids[:, :tokens]
-    return capture(engine, ids, min(lower_layer(split), split), normed=True)
+    return capture(engine, ids, lower_layer(split), normed=True)
 
 
-def accumulate(engine: Engine, tokenizer, docs, split: int, sets, budget: int,
-               doc_tokens: int = DOC_TOKENS, progress: bool = True) -> dict[str, RidgeMoments]:
+def accumulate(engine: Engine, tokenizer: PreTrainedTokenizerBase, docs: Sequence[Document],
+               split: int, sets: Sequence[str], budget: int, doc_tokens: int = DOC_TOKENS,
+               progress: bool = True) -> dict[str, RidgeMoments]:
     """Moments of every feature set over the calibration documents (targets: normed inputs),
-    ``budget`` tokens in all, at most ``doc_tokens`` a document (as ``ridgefill fit`` cuts them)."""
-    d = engine.model.config.hidden_size
+    ``budget`` tokens in all, at most ``doc_tokens`` a document (as ``ridgefill fit`` cuts them);
+    a document with non-finite activations is skipped, as the fit skips it."""
+    d = engine.model.config.get_text_config().hidden_size
     late = range(split + 1, engine.adapter.n_layers)
     moments, used = {}, 0
     bar = tqdm(total=budget, desc=f"capture (split {split})", unit="tok", disable=not progress)
@@ -98,6 +115,10 @@ def accumulate(engine: Engine, tokenizer, docs, split: int, sets, budget: int,
         if used >= budget:
             break
         xs = grab(engine, tokenizer, doc.text, min(doc_tokens, budget - used), split)
+        if not all(np.isfinite(x).all() for x in xs.values()):
+            warnings.warn(f"calibration document {doc.doc_id} gives non-finite activations; "
+                          "skipped")
+            continue
         n = xs[split].shape[0]
         used += n
         bar.update(n)
@@ -105,7 +126,7 @@ def accumulate(engine: Engine, tokenizer, docs, split: int, sets, budget: int,
         for name in sets:
             f = features(name, xs, split)
             m = moments.setdefault(name, RidgeMoments(f.shape[1], {l: d for l in late},
-                                                      backend="blocked"))
+                                                      backend=BACKEND))
             m.update(f, ys)
     bar.close()
     return moments
@@ -119,21 +140,27 @@ def predict(name: str, xs: dict[int, np.ndarray], split: int, A: np.ndarray, b: 
     return f @ torch.from_numpy(A.astype(np.float32)).T + torch.from_numpy(b.astype(np.float32))
 
 
-def entry_maps(engine: Engine, moments: RidgeMoments, lam: float) -> dict:
+def entry_maps(engine: Engine, moments: RidgeMoments, lam: float
+               ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """{layer: (A, b)} from features to the stacked key/value projections (the kv kind's compose)."""
     return {l: compose(*entry_projection(engine, l), A, b) for l, (A, b) in moments.solve(lam).items()}
 
 
 def read_errors(engine: Engine, layer: int, kv_pred: torch.Tensor, x_true: torch.Tensor,
-                x_split: torch.Tensor) -> tuple[float, float]:
+                x_split: torch.Tensor, keep_sinks: bool = True) -> tuple[float, float]:
     """Relative error of the last QUERIES exact rows' attention output (mean over heads and
     queries) when every earlier row writes the predicted keys and values, and when it writes
-    predicted keys with exact values; rows the engine keeps exact under a kv fill (attention
-    sinks: gpu.core.late.sink_rows of x_S ``x_split``) write exact entries in both."""
+    predicted keys with exact values. ``keep_sinks``: the rows the engine keeps exact under a
+    kv fill (attention sinks: gpu.core.late.sink_rows of x_S ``x_split``) write exact entries
+    in both (POP's identity fill keeps none). Full-attention layers only."""
     ad = engine.adapter
+    if ad.layer_info(layer).kind != "attention" or ad.layer_info(layer).window is not None:
+        raise ValueError(f"layer {layer} is not a full-attention layer: the read error scores "
+                         "full causal attention only")
     n = x_true.shape[1]
     m = min(QUERIES, n - 1)
-    sinks = torch.as_tensor(sink_rows(x_split, np.arange(n - m)))
+    sinks = torch.as_tensor(sink_rows(x_split, np.arange(n - m)) if keep_sinks
+                            else np.zeros(0, np.int64))
     cos, sin = ad.rope(x_true, torch.arange(n)[None], layer)
     norm = ad.input_norm(layer)
     kt, vt = ad.keys_values(layer, norm(x_true), cos, sin)
@@ -145,9 +172,9 @@ def read_errors(engine: Engine, layer: int, kv_pred: torch.Tensor, x_true: torch
         return masked_attention(q, k, v, allowed, ad.scaling(layer)).float()
 
     def mixed(pred, true):
-        out = torch.cat([pred[:, :, :n - m], true[:, :, n - m:]], dim=2)
-        out[:, :, sinks] = true[:, :, sinks]
-        return out
+        entries = torch.cat([pred[:, :, :n - m], true[:, :, n - m:]], dim=2)
+        entries[:, :, sinks] = true[:, :, sinks]
+        return entries
 
     exact = out(kt, vt)
     scale = exact.norm(dim=-1).clamp_min(1e-12)
@@ -163,9 +190,11 @@ def pop_entries(engine: Engine, layer: int, x_split: torch.Tensor) -> torch.Tens
     return torch.cat([attn.k_proj(normed), attn.v_proj(normed)], dim=-1)
 
 
-def score(engine: Engine, captures, split: int, layers, predictor) -> dict[int, dict]:
+def score(engine: Engine, captures: Sequence[dict[int, np.ndarray]], split: int,
+          layers: Iterable[int], predictor: Callable[[dict[int, np.ndarray], int], torch.Tensor],
+          keep_sinks: bool = True) -> dict[int, dict]:
     """{layer: metrics} over held-out captures; ``predictor(xs, layer)`` gives one document's
-    predicted stacked key/value projections."""
+    predicted stacked key/value projections (see :func:`read_errors` for ``keep_sinks``)."""
     out = {}
     with torch.inference_mode():
         for l in layers:
@@ -175,15 +204,16 @@ def score(engine: Engine, captures, split: int, layers, predictor) -> dict[int, 
                 x_true = torch.from_numpy(xs[l])[None]
                 rows.append((*cache_write_cosine(engine, l, pred, x_true, "kv"),
                              *read_errors(engine, l, pred, x_true,
-                                          torch.from_numpy(xs[split])[None])))
+                                          torch.from_numpy(xs[split])[None], keep_sinks)))
             k, v, w, e_both, e_keys = (float(np.mean(c)) for c in zip(*rows))
             out[l] = {"key_cosine": k, "value_cosine": v, "weighted_key_cosine": w,
                       "read_error": e_both, "read_error_keys_only": e_keys}
     return out
 
 
-def study(engine: Engine, tokenizer, split: int, sets, fit_docs, choose_caps, score_caps,
-          budget: int) -> dict:
+def study(engine: Engine, tokenizer: PreTrainedTokenizerBase, split: int, sets: Sequence[str],
+          fit_docs: Sequence[Document], choose_caps: Sequence[dict[int, np.ndarray]],
+          score_caps: Sequence[dict[int, np.ndarray]], budget: int) -> dict:
     """Every feature set's per-layer scores at ``split`` with lambda chosen per layer."""
     fitted = [name for name in sets if name != "identity"]
     moments = accumulate(engine, tokenizer, fit_docs, split, fitted, budget) if fitted else {}
@@ -191,7 +221,7 @@ def study(engine: Engine, tokenizer, split: int, sets, fit_docs, choose_caps, sc
     result = {}
     if "identity" in sets:
         per_layer = score(engine, score_caps, split, late, lambda xs, l: pop_entries(
-            engine, l, torch.from_numpy(xs[split])[None]))
+            engine, l, torch.from_numpy(xs[split])[None]), keep_sinks=False)
         result["identity"] = summary(per_layer)
     for name in fitted:
         best: dict[int, tuple[float, float, tuple]] = {}
@@ -204,7 +234,7 @@ def study(engine: Engine, tokenizer, split: int, sets, fit_docs, choose_caps, sc
                         "kv")[:2]) for xs in choose_caps])
                     if l not in best or crit > best[l][1]:
                         best[l] = (lam, crit, (A, b))
-        per_layer = score(engine, score_caps, split, late, lambda xs, l, name=name: predict(
+        per_layer = score(engine, score_caps, split, late, lambda xs, l: predict(
             name, xs, split, *best[l][2]))
         for l in per_layer:
             per_layer[l]["lambda"] = best[l][0]
@@ -213,25 +243,39 @@ def study(engine: Engine, tokenizer, split: int, sets, fit_docs, choose_caps, sc
 
 
 def summary(per_layer: dict[int, dict]) -> dict:
+    """Per-layer metrics and their means over the layers."""
     return {"layers": {str(l): v for l, v in per_layer.items()},
             "mean": {k: float(np.mean([v[k] for v in per_layer.values()]))
                      for k in next(iter(per_layer.values()))}}
 
 
+def common_layers(rec: dict) -> list[str]:
+    """The late layers every split of the record scores (above the deepest split): the layers
+    on which splits compare (each split's own mean covers a different set of layers)."""
+    sets = [set(r["layers"]) for by in rec["splits"].values() for r in by.values()]
+    return sorted(set.intersection(*sets), key=int) if sets else []
+
+
 def markdown(rec: dict) -> str:
+    common = common_layers(rec)
+    span = f"{common[0]}-{common[-1]}" if common else "none"
     lines = [f"# Key features ({rec['model']})", "", *(f"`{c}`" for c in rec["commands"]), "",
              f"Fit: {rec['fit_tokens']} calibration tokens; lambda per layer on "
-             f"{len(rec['choose_docs'])} held-out documents, scored on {len(rec['score_docs'])} others "
-             f"({rec['tokens']} tokens each); the last {QUERIES} rows' attention read.", "",
+             f"{len(rec['choose_docs'])} held-out documents, scored on "
+             f"{len(rec['score_docs'])} others ({', '.join(map(str, rec['score_tokens']))} "
+             f"tokens); the last {QUERIES} rows' attention read. Means over each split's late "
+             f"layers, and over layers {span} (what every split shares). The weighted key cosine "
+             "is the fit's criterion: sink rows predicted (every read error keeps them exact, "
+             "as a kv fill does; `identity`, POP's fill, keeps none).", "",
              "| split | features | key cos | weighted key cos | value cos | read error | "
-             "read error, keys only |", "|---|---|---|---|---|---|---|"]
+             f"read error, keys only | keys only, layers {span} |", "|---|---|---|---|---|---|---|---|"]
     for s in sorted(rec["splits"], key=int):
-        by_set = rec["splits"][s]
-        for name, r in by_set.items():
+        for name, r in rec["splits"][s].items():
             m = r["mean"]
+            shared = np.mean([r["layers"][l]["read_error_keys_only"] for l in common])
             lines.append(f"| {s} | {name} | {m['key_cosine']:.4f} | {m['weighted_key_cosine']:.4f} | "
                          f"{m['value_cosine']:.4f} | {m['read_error']:.4f} | "
-                         f"{m['read_error_keys_only']:.4f} |")
+                         f"{m['read_error_keys_only']:.4f} | {shared:.4f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -275,17 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path("results/key_features/qwen2.5-coder-0.5b"))
     a = p.parse_args(argv)
+    if a.heldout_docs < 2:
+        p.error("--heldout-docs must be at least 2: half choose lambda, the other half is scored")
     if a.threads:
         torch.set_num_threads(a.threads)
     loaded = models.load(a.model, device="cpu")
     engine = Engine(loaded.model)
     fit_docs = corpus.calibration_set(max_chars=a.fit_tokens * corpus.CHARS_PER_TOKEN * 2, seed=0)
     held = corpus.lambda_set(max_docs=a.heldout_docs, seed=0)
-    half = max(len(held) // 2, 1)
+    half = len(held) // 2
     setup = {"model": loaded.name, "fit_tokens": a.fit_tokens, "tokens": a.tokens,
              "choose_docs": [d.doc_id for d in held[:half]],
-             "score_docs": [d.doc_id for d in held[half:]], "mean_window": MEAN_WINDOW,
-             "queries": QUERIES, "lambdas": list(LAMBDAS)}
+             "score_docs": [d.doc_id for d in held[half:]],
+             "score_tokens": [len(loaded.tokenizer(d.text).input_ids[:a.tokens])
+                              for d in held[half:]],
+             "mean_window": MEAN_WINDOW, "queries": QUERIES, "lambdas": list(LAMBDAS)}
     rec = merged(a.out / "key_features.json", setup)
     rec["commands"].append("python -m gpu.lab.tools.key_features " + " ".join(
         argv if argv is not None else sys.argv[1:]))
