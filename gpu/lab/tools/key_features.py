@@ -132,11 +132,9 @@ def accumulate(engine: Engine, tokenizer: PreTrainedTokenizerBase, docs: Sequenc
     return moments
 
 
-def predict(name: str, xs: dict[int, np.ndarray], split: int, A: np.ndarray, b: np.ndarray
-            ) -> torch.Tensor:
-    """(1, n, 2 m) stacked key/value projections the map (A, b) predicts from feature set
-    ``name`` of one document, in fp32 as the engine applies a map."""
-    f = torch.from_numpy(features(name, xs, split))[None]
+def predict(f: torch.Tensor, A: np.ndarray, b: np.ndarray) -> torch.Tensor:
+    """(1, n, 2 m) stacked key/value projections the map (A, b) predicts from one document's
+    feature rows ``f`` (1, n, k d), in fp32 as the engine applies a map."""
     return f @ torch.from_numpy(A.astype(np.float32)).T + torch.from_numpy(b.astype(np.float32))
 
 
@@ -191,16 +189,16 @@ def pop_entries(engine: Engine, layer: int, x_split: torch.Tensor) -> torch.Tens
 
 
 def score(engine: Engine, captures: Sequence[dict[int, np.ndarray]], split: int,
-          layers: Iterable[int], predictor: Callable[[dict[int, np.ndarray], int], torch.Tensor],
+          layers: Iterable[int], predictor: Callable[[int, int], torch.Tensor],
           keep_sinks: bool = True) -> dict[int, dict]:
-    """{layer: metrics} over held-out captures; ``predictor(xs, layer)`` gives one document's
+    """{layer: metrics} over held-out captures; ``predictor(i, layer)`` gives capture i's
     predicted stacked key/value projections (see :func:`read_errors` for ``keep_sinks``)."""
     out = {}
     with torch.inference_mode():
         for l in layers:
             rows = []
-            for xs in captures:
-                pred = predictor(xs, l)
+            for i, xs in enumerate(captures):
+                pred = predictor(i, l)
                 x_true = torch.from_numpy(xs[l])[None]
                 rows.append((*cache_write_cosine(engine, l, pred, x_true, "kv"),
                              *read_errors(engine, l, pred, x_true,
@@ -220,22 +218,24 @@ def study(engine: Engine, tokenizer: PreTrainedTokenizerBase, split: int, sets: 
     late = range(split + 1, engine.adapter.n_layers)
     result = {}
     if "identity" in sets:
-        per_layer = score(engine, score_caps, split, late, lambda xs, l: pop_entries(
-            engine, l, torch.from_numpy(xs[split])[None]), keep_sinks=False)
+        per_layer = score(engine, score_caps, split, late, lambda i, l: pop_entries(
+            engine, l, torch.from_numpy(score_caps[i][split])[None]), keep_sinks=False)
         result["identity"] = summary(per_layer)
     for name in fitted:
+        f_choose, f_score = ([torch.from_numpy(features(name, xs, split))[None] for xs in caps]
+                             for caps in (choose_caps, score_caps))   # once, not per layer
         best: dict[int, tuple[float, float, tuple]] = {}
         for lam in tqdm(LAMBDAS, desc=f"lambda ({name}, split {split})"):
             maps = entry_maps(engine, moments[name], lam)
             with torch.inference_mode():
                 for l, (A, b) in maps.items():
                     crit = np.mean([np.mean(cache_write_cosine(
-                        engine, l, predict(name, xs, split, A, b), torch.from_numpy(xs[l])[None],
-                        "kv")[:2]) for xs in choose_caps])
+                        engine, l, predict(f, A, b), torch.from_numpy(xs[l])[None], "kv")[:2])
+                        for f, xs in zip(f_choose, choose_caps)])
                     if l not in best or crit > best[l][1]:
                         best[l] = (lam, crit, (A, b))
-        per_layer = score(engine, score_caps, split, late, lambda xs, l: predict(
-            name, xs, split, *best[l][2]))
+        per_layer = score(engine, score_caps, split, late,
+                          lambda i, l: predict(f_score[i], *best[l][2]))
         for l in per_layer:
             per_layer[l]["lambda"] = best[l][0]
         result[name] = summary(per_layer)
