@@ -175,3 +175,45 @@ def test_a_screen_that_does_not_divide_over_the_tasks_is_refused():
     by = {"exact": {f"{t}/4096/0": (1.0, t) for t in ("vt", "cwe", "fwe", "cwe2")}}
     with pytest.raises(ValueError, match="do not divide"):
         screen_per_task({"screen_samples": 18}, by)
+
+
+def test_prediction_2_across_models_needs_both_and_falls_with_either():
+    from gpu.lab.eval.tiered import STATED_MODELS
+    from gpu.lab.eval.tiered_verdicts import UNDECIDED, across_models
+
+    def judged(**words):
+        return {m: {"prediction 1": {"kv": {"verdict": "fails"}}, "prediction 2": {"verdict": w},
+                    "prediction 3": {"verdict": "-"}} for m, w in words.items()}
+
+    small, large = STATED_MODELS
+    word = lambda **w: across_models(judged(**w))["prediction 2"]["verdict"]  # noqa: E731
+    assert word(**{small: "refuted"}) == "refuted"            # one model settles a refusal
+    assert word(**{small: "confirmed"}) == "not decided"      # the other is not judged yet
+    assert word(**{small: "confirmed", large: "confirmed"}) == "confirmed"
+    assert word(**{small: "confirmed", large: "no finalist (no arm met the ceiling "
+                   "the rule asks)"}) == "refuted"
+    assert word(**{small: "confirmed", large: UNDECIDED}) == "not decided"
+    assert word(**{small: "confirmed", large: "inconclusive"}) == "inconclusive"
+    assert word(**{"other": "confirmed", small: "confirmed", large: "confirmed"}) == "confirmed"
+
+
+def test_several_directories_write_the_combined_verdict_in_their_parent(tmp_path):
+    from gpu.lab.eval.tiered import STATED_MODELS
+    fin = "kv+attn10c@12/t1"
+    for m in STATED_MODELS:
+        d = tmp_path / m
+        d.mkdir()
+        recs = records({fin: [1.0] * 8, "none+attn10c@12/t1": [0.0] * 8,
+                        "kv.identity-values@16/t1": [1.0] * 8, "exact": [1.0] * 8})
+        (d / "records.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        (d / "finalists.json").write_text(json.dumps({**frozen(), "model": m}))
+    assert main([str(tmp_path / m) for m in STATED_MODELS]) == 0
+    a = json.loads((tmp_path / "verdicts.json").read_text())
+    assert a["prediction 2"]["verdict"] == "refuted"     # no finalist on either model
+    assert set(a["per_model"]) == set(STATED_MODELS)
+    assert "**refuted**" in (tmp_path / "verdicts.md").read_text()
+    (tmp_path / STATED_MODELS[1] / "finalists.json").unlink()       # its screen still runs
+    assert main([str(tmp_path / m) for m in STATED_MODELS]) == 0
+    a = json.loads((tmp_path / "verdicts.json").read_text())
+    assert a["prediction 2"]["models"][STATED_MODELS[1]] == "not judged yet"
+    assert a["prediction 2"]["verdict"] == "refuted"     # the small model alone refutes it

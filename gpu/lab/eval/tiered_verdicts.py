@@ -9,11 +9,15 @@ task, as the report's), so the verdicts do not depend on which arms a later run 
 2. a finalist faster than POP non-inferior to the advised fill (3 points), at >= :data:`MINIMUM`;
 3. on the 1.5B a finalist at >= 1.8x within 5 points of exact, at >= :data:`MINIMUM`;
 4. at POP's split, 10% rows recover half the advised fill's loss: d = t - (a + e) / 2 >= 0.
+
+Given several models' directories it also writes ``verdicts.md`` / ``.json`` in their common
+parent: prediction 2 across the models it is stated for (:func:`across_models`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -25,7 +29,7 @@ from .grid import SHARE_ROWS, arm_name, parse_arm
 from .journal import Journal
 from .report import MARGIN_POP, ni_test
 from .report_intervals import interval
-from .tiered import FINALISTS_FILE, MARGIN_TIERED_EXACT, MOONSHOT
+from .tiered import FINALISTS_FILE, MARGIN_TIERED_EXACT, MOONSHOT, STATED_MODELS
 
 GAIN = 5.0       # points: prediction 1's "beats the dropped one by at least 5"
 MINIMUM = 102    # samples an arm before predictions 2-4 are decided (binomial floor -2.9)
@@ -174,6 +178,40 @@ def verdicts(frozen: dict, by: dict) -> dict:
         "held_out": unseen, "screen_per_task": per_task}
 
 
+def across_models(judged: dict[str, dict]) -> dict:
+    """Prediction 2 ("on both Qwen models") from each model's verdicts: refuted when it is
+    refuted on any stated model or no arm there met the ceiling (no finalist), confirmed when
+    confirmed on every stated model, otherwise not decided while a stated model is unjudged or
+    short of samples, inconclusive when all are judged."""
+    words = {m: judged[m]["prediction 2"]["verdict"] if m in judged else "not judged yet"
+             for m in STATED_MODELS}
+    if any(w == "refuted" or w.startswith("no finalist") for w in words.values()):
+        word = "refuted"
+    elif all(w == "confirmed" for w in words.values()):
+        word = "confirmed"
+    elif any(w in ("not judged yet", UNDECIDED) for w in words.values()):
+        word = "not decided"
+    else:
+        word = "inconclusive"
+    return {"prediction 2": {"models": words, "verdict": word},
+            "per_model": {m: {"prediction 1": {f: k["verdict"]
+                                               for f, k in v["prediction 1"].items()},
+                              "prediction 3": v["prediction 3"]["verdict"]}
+                          for m, v in judged.items()}}
+
+
+def across_markdown(a: dict) -> str:
+    L = ["# Tiered prefill verdicts across models", "",
+         "Each model's own verdicts.md holds its intervals; this file combines them.", "",
+         f"Prediction 2 (some configuration >= 5% above POP's ceiling non-inferior to the advised "
+         f"fill at 3 points, on both Qwen models): **{a['prediction 2']['verdict']}**", ""]
+    L += [f"- {m}: {w}" for m, w in a["prediction 2"]["models"].items()]
+    L += ["", "| model | prediction 1 | prediction 3 |", "|---|---|---|"]
+    L += [f"| {m} | {', '.join(f'{f} {w}' for f, w in v['prediction 1'].items())} | "
+          f"{v['prediction 3']} |" for m, v in a["per_model"].items()]
+    return "\n".join(L) + "\n"
+
+
 def _iv(iv: dict | None) -> str:
     return "-" if not iv or iv.get("low") is None else \
         f"{iv['estimate']:+.1f} [{iv['low']:+.1f}, {iv['high']:+.1f}] (n={iv['n']})"
@@ -220,20 +258,33 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Judge the tiered prefill's four predictions "
                                 "(docs/results-quality.md) from a whole screen's journal.")
     p.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
-                   help="a model's results/tiered/<model> (journal and finalists.json)")
-    for d in p.parse_args(argv).dirs:
-        if not (d / FINALISTS_FILE).is_file():
-            raise SystemExit(f"{d} holds no {FINALISTS_FILE}: the screen names its finalists "
-                             "when it is whole; run `make tiered` (or its line for this model) "
-                             "to the end first")
+                   help="a model's results/tiered/<model> (journal and finalists.json); with "
+                   "several, those whose screen is not whole are named and left out of the "
+                   "combined verdict")
+    dirs, judged = p.parse_args(argv).dirs, {}
+    whole = [d for d in dirs if (d / FINALISTS_FILE).is_file()]
+    for d in sorted(set(dirs) - set(whole)):
+        print(f"{d}: not judged (its screen is not whole yet)")
+    if not whole:
+        raise SystemExit(f"{', '.join(map(str, dirs))}: no {FINALISTS_FILE}: the screen names "
+                         "its finalists when it is whole; run `make tiered` (or its line for "
+                         "this model) to the end first")
+    for d in whole:
         frozen = json.loads((d / FINALISTS_FILE).read_text())
         by, stale = journal(d)
         v = {**verdicts(frozen, by), "pairs_recorded_twice": stale}
         write_json(d / "verdicts.json", v)
         write_text(d / "verdicts.md", markdown(v))
+        judged[v["model"]] = v
         print(f"{d}: prediction 1 (kv) {v['prediction 1'].get('kv', {}).get('verdict')}"
               f"{f'; {stale} (arm, sample) pairs recorded under two keys' if stale else ''} "
               f"-> {d}/verdicts.md")
+    if len(dirs) > 1:
+        parent, a = Path(os.path.commonpath([d.resolve() for d in dirs])), across_models(judged)
+        write_json(parent / "verdicts.json", a)
+        write_text(parent / "verdicts.md", across_markdown(a))
+        print(f"prediction 2 across models: {a['prediction 2']['verdict']} -> "
+              f"{parent}/verdicts.md")
     return 0
 
 
