@@ -157,15 +157,18 @@ def test_a_rerun_adds_to_a_record_of_the_same_setup(tmp_path):
     assert kf.merged(path, {**setup, "fit_tokens": 20})["splits"] == {}
 
 
-def test_the_command_writes_every_set_and_layer(tmp_path):
+def test_the_command_writes_every_set_and_layer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)      # no --out: the record goes under the model's own name
     kf.main(["--model", str(tiny_dir("llama", 0)), "--splits", "2", "--features", "x", "x+prev",
-             "identity", "--fit-tokens", "400", "--tokens", "96", "--heldout-docs", "2",
-             "--out", str(tmp_path)])
-    rec = json.loads((tmp_path / "key_features.json").read_text())
+             "identity", "--fit-tokens", "400", "--tokens", "96", "--heldout-docs", "2"])
+    (out, *others) = (tmp_path / "results" / "key_features").iterdir()
+    assert not others
+    rec = json.loads((out / "key_features.json").read_text())
+    assert rec["model"] == out.name
     assert set(rec["splits"]["2"]) == {"x", "x+prev", "identity"}
     for r in rec["splits"]["2"].values():
         assert sorted(r["layers"], key=int) == ["3"]           # the late layers above split 2
         m = r["layers"]["3"]
         assert -1 <= m["key_cosine"] <= 1 and m["read_error"] >= 0
-    assert (tmp_path / "key_features.png").stat().st_size > 0
-    assert (tmp_path / "key_features.md").read_text().count("| 2 |") == 3
+    assert (out / "key_features.png").stat().st_size > 0
+    assert (out / "key_features.md").read_text().count("| 2 |") == 3

@@ -309,21 +309,28 @@ def merged(path: Path, setup: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-0.5b")
-    p.add_argument("--splits", type=int, nargs="+", default=(8, 12, 16))
-    p.add_argument("--features", nargs="+", default=FEATURES, choices=FEATURES)
-    p.add_argument("--fit-tokens", type=int, default=24_000)
+    p = argparse.ArgumentParser(prog="python -m gpu.lab.tools.key_features",
+                                description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a built-in model")
+    p.add_argument("--splits", type=int, nargs="+", default=(8, 12, 16),
+                   help="split layers S to study")
+    p.add_argument("--features", nargs="+", default=FEATURES, choices=FEATURES,
+                   help="feature sets (the module's docstring says what each holds)")
+    p.add_argument("--fit-tokens", type=int, default=24_000, help="calibration tokens fitted on")
     p.add_argument("--tokens", type=int, default=2048, help="tokens per held-out document")
     p.add_argument("--heldout-docs", type=int, default=4, help="half choose lambda, half score")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", type=Path, default=Path("results/key_features/qwen2.5-coder-0.5b"))
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--out", type=Path, default=None,
+                   help="record directory (default: results/key_features/<model>); a rerun "
+                   "with the same setup adds splits and sets to its record")
     a = p.parse_args(argv)
     if a.heldout_docs < 2:
         p.error("--heldout-docs must be at least 2: half choose lambda, the other half is scored")
     if a.threads:
         torch.set_num_threads(a.threads)
     loaded = models.load(a.model, device="cpu")
+    a.out = a.out or Path("results/key_features") / loaded.name
     engine = Engine(loaded.model)
     fit_docs = corpus.calibration_set(max_chars=a.fit_tokens * corpus.CHARS_PER_TOKEN * 2, seed=0)
     held = corpus.lambda_set(max_docs=a.heldout_docs, seed=0)
