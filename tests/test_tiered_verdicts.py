@@ -179,7 +179,7 @@ def test_a_screen_that_does_not_divide_over_the_tasks_is_refused():
 
 def test_prediction_2_across_models_needs_both_and_falls_with_either():
     from gpu.lab.eval.tiered import STATED_MODELS
-    from gpu.lab.eval.tiered_verdicts import UNDECIDED, across_models
+    from gpu.lab.eval.tiered_verdicts import NO_FINALIST, UNDECIDED, across_models
 
     def judged(**words):
         return {m: {"prediction 1": {"kv": {"verdict": "fails"}}, "prediction 2": {"verdict": w},
@@ -190,8 +190,7 @@ def test_prediction_2_across_models_needs_both_and_falls_with_either():
     assert word(**{small: "refuted"}) == "refuted"            # one model settles a refusal
     assert word(**{small: "confirmed"}) == "not decided"      # the other is not judged yet
     assert word(**{small: "confirmed", large: "confirmed"}) == "confirmed"
-    assert word(**{small: "confirmed", large: "no finalist (no arm met the ceiling "
-                   "the rule asks)"}) == "refuted"
+    assert word(**{small: "confirmed", large: NO_FINALIST}) == "refuted"
     assert word(**{small: "confirmed", large: UNDECIDED}) == "not decided"
     assert word(**{small: "confirmed", large: "inconclusive"}) == "inconclusive"
     assert word(**{"other": "confirmed", small: "confirmed", large: "confirmed"}) == "confirmed"

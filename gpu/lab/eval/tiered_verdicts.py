@@ -34,6 +34,7 @@ from .tiered import FINALISTS_FILE, MARGIN_TIERED_EXACT, MOONSHOT, STATED_MODELS
 GAIN = 5.0       # points: prediction 1's "beats the dropped one by at least 5"
 MINIMUM = 102    # samples an arm before predictions 2-4 are decided (binomial floor -2.9)
 UNDECIDED = f"not decided (under {MINIMUM} samples an arm)"
+NO_FINALIST = "no finalist (no arm met the ceiling the rule asks)"
 
 
 def journal(root: Path) -> tuple[dict[str, dict[str, tuple[float, str]]], int]:
@@ -129,7 +130,7 @@ def finalist_verdict(results: dict[str, dict], margin: float) -> str:
     there and its interval lies below -margin; not decided while one is short; inconclusive
     otherwise."""
     if not results:
-        return "no finalist (no arm met the ceiling the rule asks)"
+        return NO_FINALIST
     if any(r["n"] >= MINIMUM and r["test"] and r["test"]["passed"] for r in results.values()):
         return "confirmed"
     if any(r["n"] < MINIMUM for r in results.values()):
@@ -185,7 +186,7 @@ def across_models(judged: dict[str, dict]) -> dict:
     short of samples, inconclusive when all are judged."""
     words = {m: judged[m]["prediction 2"]["verdict"] if m in judged else "not judged yet"
              for m in STATED_MODELS}
-    if any(w == "refuted" or w.startswith("no finalist") for w in words.values()):
+    if any(w in ("refuted", NO_FINALIST) for w in words.values()):
         word = "refuted"
     elif all(w == "confirmed" for w in words.values()):
         word = "confirmed"
