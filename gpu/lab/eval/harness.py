@@ -19,7 +19,8 @@ Every measurement is appended to ``<out>/<model>/records.jsonl`` as it finishes
 (gpu.lab.eval.journal); a rerun skips what is there and only aggregates again; a stopped run still
 writes its partial report. Under torchrun each rank measures a disjoint, seed-determined share
 into ``records.rank<r>-of-<w>.jsonl`` and rank 0 reports on the merged shares (gpu.lab.eval.shard). Maps are fitted once with gpu.maps.fit on the built-in calibration set
-and cached under ``<out>/<model>/maps``.
+and cached under ``<out>/<model>/maps`` (gpu.lab.eval.map_cache: a run loads the splits any earlier
+fit with the same settings holds and fits only the rest).
 
 ``ridgefill eval study`` runs the study's grid (``make eval``); ``ridgefill eval mini``
 runs every instrument once on a tiny random Llama with a tokenizer trained on synthetic text
@@ -42,6 +43,7 @@ import torch
 from tqdm import tqdm
 
 from . import instruments as ins
+from . import map_cache
 from ...core import models
 from . import tasks
 from .instruments import Arm, Session
@@ -162,7 +164,7 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     """Maps for every split of ``cfg``: fitted once with gpu.maps.fit, cached in ``root/maps``.
     ``kinds`` beyond ridge (the anchored and kv maps) come from one more capture of the same
     calibration text; then each split maps to {kind: map set}, else to the ridge map set."""
-    from ...maps.fit import FitOptions, fit, output_path
+    from ...maps.fit import FitOptions, fit
     from ...maps.files import load_maps
 
     mdir = root / "maps"
@@ -172,18 +174,24 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     # every kind beyond ridge from one more capture whichever are asked for (a narrower rerun
     # reuses the same files)
     extra = ("anchored", "kv") if set(kinds) - {"ridge"} else ()
-    runs = [(("ridge",), f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw)}")]
-    if extra:
-        runs.append((extra, f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw, extra)}"))
     maps: dict[int, dict] = {s: {} for s in splits}
-    for run_kinds, stem in runs:
-        out = mdir / f"{stem}.safetensors"
-        paths = {(s, k): output_path(out, s, len(splits), k, run_kinds)
-                 for s in splits for k in run_kinds}
-        if not all(p.is_file() for p in paths.values()):
-            opts = FitOptions(splits, out, calib, max_tokens=cfg.calib_tokens, seed=cfg.seed,
-                              kinds=run_kinds, **fit_kw)
+    for run_kinds in [("ridge",)] + ([extra] if extra else []):
+        tag = (run_kinds,) if extra and run_kinds == extra else ()
+        settings = sig(calib, cfg.calib_tokens, cfg.seed, fit_kw, *tag)
+        stem = f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw, *tag)}"
+        if all(p.is_file() for p in map_cache.files(mdir, stem, splits, run_kinds).values()):
+            map_cache.record(mdir, stem, settings, splits)  # a fit from before the index
+        paths = map_cache.held(mdir, settings, splits, run_kinds)
+        missing = sorted(set(splits) - {s for s, _ in paths})
+        if missing:  # only the splits no earlier fit holds
+            if missing != splits:
+                stem = f"maps-{sig(missing, calib, cfg.calib_tokens, fit_kw, *tag)}"
+            opts = FitOptions(missing, mdir / f"{stem}.safetensors", calib,
+                              max_tokens=cfg.calib_tokens, seed=cfg.seed, kinds=run_kinds,
+                              **fit_kw)
             fit(loaded, opts, progress=progress)
+            map_cache.record(mdir, stem, settings, missing)
+            paths.update(map_cache.files(mdir, stem, missing, run_kinds))
         for (s, k), p in paths.items():
             try:
                 maps[s][k] = load_maps(p, loaded.model, split=s)

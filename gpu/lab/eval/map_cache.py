@@ -1,0 +1,63 @@
+"""Where the harness keeps its fitted maps (gpu.lab.eval.harness.ensure_maps).
+
+Each fit writes one file per split and kind under ``root/maps``, named for the split set it
+was asked for. ``fits.json`` beside them records which splits each fit holds and the settings
+it was fitted with, so a run whose splits earlier fits already hold loads their files, and a
+run that needs more fits only the splits no fit holds. That is safe because a split's maps do
+not depend on the splits fitted beside it: its moments are sums over its own layer inputs and
+lambda is chosen per split on held-out text (gpu.maps.fit; tests/test_map_cache.py checks it
+bitwise).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rfmodel.atomic import write_json
+
+from ...maps.fit import output_path
+
+INDEX = "fits.json"
+
+
+def read_index(mdir: Path) -> dict[str, dict]:
+    """{file stem: {"settings": settings signature, "splits": [split, ...]}}; {} when none."""
+    path = mdir / INDEX
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); delete it (the map files stay and "
+                         "are indexed again by the next run that asks for their splits)") from None
+
+
+def files(mdir: Path, stem: str, splits: list[int], kinds: tuple[str, ...]
+          ) -> dict[tuple[int, str], Path]:
+    """The map file of every (split, kind) of the fit ``stem`` of ``splits``."""
+    out = mdir / f"{stem}.safetensors"
+    return {(s, k): output_path(out, s, len(splits), k, kinds) for s in splits for k in kinds}
+
+
+def record(mdir: Path, stem: str, settings: str, splits: list[int]) -> None:
+    """Enter the fit ``stem`` (its files all written) in the index, atomically."""
+    index = read_index(mdir)
+    entry = {"settings": settings, "splits": sorted(splits)}
+    if index.get(stem) != entry:
+        write_json(mdir / INDEX, {**index, stem: entry})
+
+
+def held(mdir: Path, settings: str, splits: list[int], kinds: tuple[str, ...]
+         ) -> dict[tuple[int, str], Path]:
+    """The files of every (split, kind) asked for that an indexed fit with the same
+    ``settings`` holds, every file present (the fit that holds a split first in the index)."""
+    found: dict[tuple[int, str], Path] = {}
+    for stem, entry in read_index(mdir).items():
+        if entry["settings"] != settings:
+            continue
+        paths = files(mdir, stem, entry["splits"], kinds)
+        for s in set(splits) & set(entry["splits"]):
+            mine = {key: p for key, p in paths.items() if key[0] == s}
+            if (s, kinds[0]) not in found and all(p.is_file() for p in mine.values()):
+                found.update(mine)
+    return found
