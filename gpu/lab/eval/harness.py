@@ -178,14 +178,15 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     for run_kinds in [("ridge",)] + ([extra] if extra else []):
         tag = (run_kinds,) if extra and run_kinds == extra else ()
         settings = sig(calib, cfg.calib_tokens, cfg.seed, fit_kw, *tag)
-        stem = f"maps-{sig(cfg.splits, calib, cfg.calib_tokens, fit_kw, *tag)}"
+        named = (calib, cfg.calib_tokens, fit_kw, *tag)  # a map file's name: these and its splits
+        stem = f"maps-{sig(cfg.splits, *named)}"
         if all(p.is_file() for p in map_cache.files(mdir, stem, splits, run_kinds).values()):
             map_cache.record(mdir, stem, settings, splits)  # a fit from before the index
         paths = map_cache.held(mdir, settings, splits, run_kinds)
         missing = sorted(set(splits) - {s for s, _ in paths})
         if missing:  # only the splits no earlier fit holds
             if missing != splits:
-                stem = f"maps-{sig(missing, calib, cfg.calib_tokens, fit_kw, *tag)}"
+                stem = f"maps-{sig(missing, *named)}"
             opts = FitOptions(missing, mdir / f"{stem}.safetensors", calib,
                               max_tokens=cfg.calib_tokens, seed=cfg.seed, kinds=run_kinds,
                               **fit_kw)
