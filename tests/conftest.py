@@ -33,7 +33,8 @@ def pytest_collection_modifyitems(config, items):
     stays inside CI's half hour."""
     if "large" in (config.getoption("-m") or ""):
         return
-    skip = pytest.mark.skip(reason="larger model or minutes of compiling: run with `make test-large`")
+    skip = pytest.mark.skip(reason="larger model or minutes of compiling: run with "
+                                   "`make test-large`")
     for item in items:
         if "large" in item.keywords:
             item.add_marker(skip)

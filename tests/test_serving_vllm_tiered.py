@@ -1,8 +1,9 @@
 """The tiered prefill inside vLLM (gpu.serving.tiered: the ``attention`` selector run in the
 lower pass, its rows exact to the top, every other prefix row filled) on the real
 smollm2-135m, fp32, eager (and compiled under ``make test-large``), split 12 (reference layers
-3/7/11), kv keys and x_S values, 20% of the prefix with whole spans. The oracle is the project's engine (gpu.core.engine.Engine with
-gpu.core.select.AttentionRows over the same tokens):
+3/7/11), kv keys and x_S values, 20% of the prefix with whole spans. The oracle is the
+project's engine (gpu.core.engine.Engine with gpu.core.select.AttentionRows over the same
+tokens):
 
 - a prompt that fits one step, and a prompt vLLM cuts into 64-token steps: vLLM fills exactly
   the rows the engine fills (the same ranking, the same spans, the same sink rows), and its
