@@ -1,21 +1,24 @@
 """The harness's map cache (gpu.lab.eval.map_cache through harness.ensure_maps) on a tiny random
-Llama: a split's maps do not depend on the splits fitted beside it (the oracle: a fit of that
-split alone, bitwise), so a run whose splits an earlier fit holds fits nothing, and a run that
-needs one more split fits only that one."""
+Llama: a split's maps do not depend on the splits or kinds fitted beside it (the oracle: a fit of
+that split alone, or of that kind alone, bitwise), so a run whose splits an earlier fit holds fits
+nothing, a run that needs one more split fits only that one, every kind from one capture, and a
+split that lacks some kinds is fitted only those."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 import torch
 
 from gpu.core import models
-from gpu.lab.eval import grid, map_cache, minimodel
+from gpu.lab.eval import grid, map_cache, minimodel, units
 from gpu.lab.eval import harness as ev
 import gpu.maps.fit as fit_mod
 
 pytestmark = pytest.mark.slow
 
+ALL = ("ridge", "anchored", "kv")
 FIT_KW = {"lambdas": (1e-3, 1e-1), "doc_tokens": 256, "heldout_docs": 1, "heldout_tokens": 128}
 
 
@@ -58,26 +61,54 @@ def test_subset_and_superset_runs_reuse_earlier_fits(tiny, tmp_path, fits):
     t = tiny
     kinds = ("ridge", "kv")
     both = _maps(t, tmp_path / "a", (2, 4), kinds)
-    assert fits == [((2, 4), ("ridge",)), ((2, 4), ("anchored", "kv"))]
+    assert fits == [((2, 4), ALL)]  # every kind from one capture
     alone = _maps(t, tmp_path / "b", (4,), kinds)
-    for k in ("ridge", "anchored", "kv"):  # the oracle: split 4 fitted by itself
+    for k in ALL:  # the oracle: split 4 fitted by itself
         _same(both[4][k], alone[4][k])
+    _same(both[4]["ridge"], _maps(t, tmp_path / "c", (4,))[4])  # ... and ridge by itself
     fits.clear()
     sub = _maps(t, tmp_path / "a", (4,), kinds)
     assert fits == [] and set(sub) == {4}
-    for k in ("ridge", "anchored", "kv"):
+    for k in ALL:
         _same(sub[4][k], alone[4][k])
     more = _maps(t, tmp_path / "a", (2, 3, 4), kinds)
-    assert fits == [((3,), ("ridge",)), ((3,), ("anchored", "kv"))]  # only the new split
+    assert fits == [((3,), ALL)]  # only the new split
     _same(more[2]["kv"], both[2]["kv"])
     fits.clear()
     assert set(_maps(t, tmp_path / "a", (3, 4), kinds)) == {3, 4} and fits == []
     index = map_cache.read_index(tmp_path / "a" / "maps")
-    assert sorted(e["splits"] for e in index.values()) == [[2, 4], [2, 4], [3], [3]]
+    assert sorted(e["splits"] for e in index.values()) == [[2, 4], [3]]
     # other fit settings never share files
     assert _maps(t, tmp_path / "a", (4,)) and fits == []  # ridge alone: held
     _maps({**t, "cfg": replace(t["cfg"], calib_tokens=1000)}, tmp_path / "a", (4,))
     assert fits == [((4,), ("ridge",))]
+    _maps({**t, "cfg": replace(t["cfg"], seed=1)}, tmp_path / "a", (4,))
+    assert fits == [((4,), ("ridge",))] * 2  # another seed: other settings (it draws the built-in text)
+    index = map_cache.read_index(tmp_path / "a" / "maps")
+    assert len(index) == 4 and len({e["settings"] for e in index.values()}) == 3
+
+
+def test_only_the_kinds_a_split_lacks_are_fitted_and_older_entries_are_read(tiny, tmp_path,
+                                                                             fits):
+    t = tiny
+    ridge = _maps(t, tmp_path, (2, 4))
+    assert fits == [((2, 4), ("ridge",))]
+    _maps(t, tmp_path, (2,), ("ridge", "kv"))
+    assert fits[1:] == [((2,), ("anchored", "kv"))]  # ridge held: the other two alone
+    # the index as runs wrote it before it named kinds: one entry per capture, the second's
+    # settings signed with its kinds
+    mdir = tmp_path / "maps"
+    index = map_cache.read_index(mdir)
+    c = t["cfg"]
+    for entry in index.values():
+        tag = () if entry.pop("kinds") == ["ridge"] else (("anchored", "kv"),)
+        entry["settings"] = units.sig(t["calib"], c.calib_tokens, c.seed, FIT_KW, *tag)
+    (mdir / map_cache.INDEX).write_text(json.dumps(index))
+    fits.clear()
+    old = _maps(t, tmp_path, (2, 4), ("ridge", "kv"))
+    assert fits == [((4,), ("anchored", "kv"))]  # split 2 held whole, split 4's ridge held
+    _same(old[4]["ridge"], ridge[4])
+    _same(old[4]["kv"], _maps(t, tmp_path / "b", (4,), ("ridge", "kv"))[4]["kv"])
 
 
 def test_a_fit_from_before_the_index_is_indexed_and_reused(tiny, tmp_path, fits):
@@ -86,7 +117,7 @@ def test_a_fit_from_before_the_index_is_indexed_and_reused(tiny, tmp_path, fits)
     (tmp_path / "maps" / map_cache.INDEX).unlink()  # as a cache written before the index
     fits.clear()
     assert _maps(t, tmp_path, (4,)) and fits == [((4,), ("ridge",))]
-    again = _maps(t, tmp_path, (2, 4))  # its own split set: found by name
+    again = _maps(t, tmp_path, (2, 4))  # its own split set and kinds: found by name
     assert fits == [((4,), ("ridge",))]
     _same(again[2], first[2])
     (tmp_path / "maps" / map_cache.INDEX).write_text("{not json")

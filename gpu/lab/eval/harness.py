@@ -162,8 +162,9 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
                 progress: bool = True, kinds: tuple[str, ...] = ("ridge",), **fit_kw
                 ) -> dict[int, object]:
     """Maps for every split of ``cfg``: fitted once with gpu.maps.fit, cached in ``root/maps``.
-    ``kinds`` beyond ridge (the anchored and kv maps) come from one more capture of the same
-    calibration text; then each split maps to {kind: map set}, else to the ridge map set."""
+    ``kinds`` beyond ridge bring the anchored and kv maps too; then each split maps to
+    {kind: map set}, else to the ridge map set. Every (split, kind) no earlier fit with the same
+    settings holds is fitted, each split's missing kinds from one capture of the text."""
     from ...maps.fit import FitOptions, fit
     from ...maps.files import load_maps
 
@@ -171,34 +172,36 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     mdir.mkdir(parents=True, exist_ok=True)
     (mdir / ".gitignore").write_text("*\n")  # map files are large and rebuilt on demand
     splits = sorted(cfg.splits)
-    # every kind beyond ridge from one more capture whichever are asked for (a narrower rerun
-    # reuses the same files)
     extra = ("anchored", "kv") if set(kinds) - {"ridge"} else ()
+    want = ("ridge",) + extra
+    settings = sig(calib, cfg.calib_tokens, cfg.seed, fit_kw)
+    # index entries from before it named kinds: ridge and the other two took a capture each
+    older = {settings: ("ridge",), sig(calib, cfg.calib_tokens, cfg.seed, fit_kw,
+                                       ("anchored", "kv")): ("anchored", "kv")}
+    named = (calib, cfg.calib_tokens, cfg.seed, fit_kw)  # a map file's name: these, splits, kinds
+    stem = f"maps-{sig(splits, *named, want)}"
+    if all(p.is_file() for p in map_cache.files(mdir, stem, splits, want).values()):
+        map_cache.record(mdir, stem, settings, splits, want)  # its index entry was lost
+    paths = map_cache.held(mdir, settings, splits, want, older)
+    missing: dict[tuple[str, ...], list[int]] = {}  # {kinds a split lacks: such splits}
+    for s in splits:
+        lack = tuple(k for k in want if (s, k) not in paths)
+        if lack:
+            missing.setdefault(lack, []).append(s)
+    for lack, ss in missing.items():
+        stem = f"maps-{sig(ss, *named, lack)}"
+        opts = FitOptions(ss, mdir / f"{stem}.safetensors", calib, max_tokens=cfg.calib_tokens,
+                          seed=cfg.seed, kinds=lack, **fit_kw)
+        fit(loaded, opts, progress=progress)
+        map_cache.record(mdir, stem, settings, ss, lack)
+        paths.update(map_cache.files(mdir, stem, ss, lack))
     maps: dict[int, dict] = {s: {} for s in splits}
-    for run_kinds in [("ridge",)] + ([extra] if extra else []):
-        tag = (run_kinds,) if extra and run_kinds == extra else ()
-        settings = sig(calib, cfg.calib_tokens, cfg.seed, fit_kw, *tag)
-        named = (calib, cfg.calib_tokens, fit_kw, *tag)  # a map file's name: these and its splits
-        stem = f"maps-{sig(cfg.splits, *named)}"
-        if all(p.is_file() for p in map_cache.files(mdir, stem, splits, run_kinds).values()):
-            map_cache.record(mdir, stem, settings, splits)  # a fit from before the index
-        paths = map_cache.held(mdir, settings, splits, run_kinds)
-        missing = sorted(set(splits) - {s for s, _ in paths})
-        if missing:  # only the splits no earlier fit holds
-            if missing != splits:
-                stem = f"maps-{sig(missing, *named)}"
-            opts = FitOptions(missing, mdir / f"{stem}.safetensors", calib,
-                              max_tokens=cfg.calib_tokens, seed=cfg.seed, kinds=run_kinds,
-                              **fit_kw)
-            fit(loaded, opts, progress=progress)
-            map_cache.record(mdir, stem, settings, missing)
-            paths.update(map_cache.files(mdir, stem, missing, run_kinds))
-        for (s, k), p in paths.items():
-            try:
-                maps[s][k] = load_maps(p, loaded.model, split=s)
-            except ValueError as e:  # never refit silently over a file that is there
-                raise ValueError(f"{e}. The harness caches maps in {mdir}: delete {p} to refit "
-                                 "them") from None
+    for (s, k), p in paths.items():
+        try:
+            maps[s][k] = load_maps(p, loaded.model, split=s)
+        except ValueError as e:  # never refit silently over a file that is there
+            raise ValueError(f"{e}. The harness caches maps in {mdir}: delete {p} to refit "
+                             "them") from None
     return {s: m if extra else m["ridge"] for s, m in maps.items()}
 
 
