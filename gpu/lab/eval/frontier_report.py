@@ -13,7 +13,7 @@ from rfmodel.atomic import atomic_path, write_json, write_text
 
 from .instruments import Arm
 from .report import MARGIN_POP, ni_word
-from .tiered import FINALISTS_FILE, MOONSHOT, finalists, freeze
+from .tiered import FINALISTS_FILE, MOONSHOT, finalists, freeze, resume_keep
 
 # The rule for "at least as good as POP at no more cost", stated before any number:
 # MAC share <= POP native's, retrieval non-inferior to POP native at the 3-point margin
@@ -213,13 +213,14 @@ def tiered_markdown(t: dict | None) -> list[str]:
                interval(r["vs_dropped"]), *cells]
         L.append("| " + " | ".join(row) + " |")
     if t.get("finalists"):
-        names = sorted({a for arms in t["finalists"].values() for a in arms})
         L += ["", "Finalists by the rule stated before the screen (docs/results-quality.md; "
               "gpu.lab.eval.tiered.finalists): "
               + "; ".join(f"{p}: " + (", ".join(f"`{a}`" for a in arms) or "none")
                           for p, arms in t["finalists"].items())
-              + ". Resumed to 17 a task with the screen's command and `--samples 17 --keep "
-              + " ".join(f"'{a}'" for a in [*names, *t["references"]]) + "`."]
+              + ". Resumed to 17 a task (`make tiered-finalists`): the screen's command with "
+              "`--samples 17 --keep "
+              + " ".join(f"'{a}'" for a in resume_keep(t["finalists"], *t["references"]))
+              + "`."]
     return L
 
 

@@ -15,6 +15,10 @@ against exact at :data:`MARGIN_TIERED_EXACT` (prediction 3). :class:`TieredArms`
 gpu.lab.eval.frontier.Frontier's part that makes these arms and pairs."""
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 from ...core.config import PrefillConfig
 from ...core.fills import pair
 from .grid import SHARE_ROWS, arm_name, depth, parse_arm
@@ -157,3 +161,26 @@ def freeze(summary: dict) -> dict:
             "pop_split": t["pop_split"], "splits": sorted({r["split"] for r in t["rows"]}),
             "shares": sorted({r["share"] for r in t["rows"]}), "screen_samples": summary["samples"],
             "command": summary.get("command")}
+
+
+def resume_keep(finalists: dict[str, list[str]], advised: str) -> list[str]:
+    """The ``--keep`` of the finalists' resume (``make tiered-finalists``): every finalist and
+    the advised fill (exact and POP native always run)."""
+    return sorted({a for arms in finalists.values() for a in arms}) + [advised]
+
+
+def finalist_keep(root: Path) -> list[str]:
+    """:func:`resume_keep` of the screen in ``root`` (its finalists.json)."""
+    path = root / FINALISTS_FILE
+    if not path.is_file():
+        raise SystemExit(f"{path}: missing. The screen names its finalists when it is whole: run "
+                         "`make tiered` (or its line for this model) to the end first")
+    frozen = json.loads(path.read_text())
+    return resume_keep(frozen["finalists"], frozen["advised"])
+
+
+if __name__ == "__main__":  # python -m gpu.lab.eval.tiered results/tiered/<model>
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m gpu.lab.eval.tiered results/tiered/<model>: prints the "
+                         "--keep patterns of that screen's finalists")
+    print(" ".join(finalist_keep(Path(sys.argv[1]))))
