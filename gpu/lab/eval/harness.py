@@ -172,13 +172,13 @@ def ensure_maps(loaded, cfg: EvalConfig, root: Path, calib: str = "builtin",
     mdir.mkdir(parents=True, exist_ok=True)
     (mdir / ".gitignore").write_text("*\n")  # map files are large and rebuilt on demand
     splits = sorted(cfg.splits)
-    extra = ("anchored", "kv") if set(kinds) - {"ridge"} else ()
+    others = ("anchored", "kv")
+    extra = others if set(kinds) - {"ridge"} else ()
     want = ("ridge",) + extra
-    settings = sig(calib, cfg.calib_tokens, cfg.seed, fit_kw)
-    # index entries from before it named kinds: ridge and the other two took a capture each
-    older = {settings: ("ridge",), sig(calib, cfg.calib_tokens, cfg.seed, fit_kw,
-                                       ("anchored", "kv")): ("anchored", "kv")}
     named = (calib, cfg.calib_tokens, cfg.seed, fit_kw)  # a map file's name: these, splits, kinds
+    settings = sig(*named)
+    # index entries from before it named kinds: ridge and the other two took a capture each
+    older = {settings: ("ridge",), sig(*named, others): others}
     stem = f"maps-{sig(splits, *named, want)}"
     if all(p.is_file() for p in map_cache.files(mdir, stem, splits, want).values()):
         map_cache.record(mdir, stem, settings, splits, want)  # its index entry was lost
